@@ -1,0 +1,163 @@
+"""Configuration for every script: dataclasses parsed with TRL's `TrlParser`.
+
+Precedence: the defaults below < a YAML file given with `--config` < command-line flags.
+Every field of TRL's `GRPOConfig` (and of `transformers.TrainingArguments`) is a flag too, e.g.
+`--max_steps 10 --learning_rate 1e-6 --use_cpu`. Dashes and underscores are interchangeable:
+`--use-lora` and `--use_lora` are the same flag.
+"""
+
+import os
+import warnings
+from dataclasses import dataclass, field
+
+from rlhf.trl_compat import GRPOConfig
+
+# transformers 5.x renamed gradient_checkpointing to activation_checkpointing; TRL 1.12 still sets the old name, and
+# both flags keep working. Hide the rename notice that would otherwise open every run.
+warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
+
+
+@dataclass
+class ModelArguments:
+    """The policy being trained, and how (full fine-tuning or LoRA)."""
+
+    model_name_or_path: str = field(
+        default="HuggingFaceTB/smollm2-135M-SFT-Only",
+        metadata={"help": "Policy to train: a Hugging Face Hub id or a local folder."},
+    )
+    dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "Dtype the weights are loaded in (float32, bfloat16, float16 or auto). Mixed precision is "
+            "set separately with --bf16; float32 master weights with --bf16 is the stable choice for training."
+        },
+    )
+    use_lora: bool = field(
+        default=False,
+        metadata={"help": "Train a LoRA adapter instead of all weights (--use-lora and --use_lora both work)."},
+    )
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling factor alpha (the update is scaled by alpha/r)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        metadata={"help": "Modules that get LoRA adapters (default: the attention projections)."},
+    )
+
+
+@dataclass
+class DataArguments:
+    """Where the prompts come from."""
+
+    dataset_name: str = field(
+        default="Intel/orca_dpo_pairs",
+        metadata={
+            "help": "A Hugging Face Hub dataset, or a local file or folder (json, jsonl, parquet, csv). Recognised "
+            "columns: system/question (Intel ORCA), prompt + chosen/rejected messages (H4 ORCA), or prompt (TRL)."
+        },
+    )
+    dataset_split: str = field(default="train", metadata={"help": "Split to read."})
+    max_samples: int | None = field(
+        default=10_000,
+        metadata={"help": "Use only the first N rows of the split (None or 0: all of them)."},
+    )
+    max_prompt_length: int = field(
+        default=512,
+        metadata={"help": "Prompts longer than this many tokens (after the chat template) are dropped and counted."},
+    )
+
+
+@dataclass
+class RewardArguments:
+    """The frozen reward model that scores completions."""
+
+    reward_model_path: str = field(
+        default="./reward_model_output",
+        metadata={
+            "help": "Sequence-classification reward model (num_labels=1): a local folder or a Hub id. "
+            "It scores with its own tokenizer and chat template. Make one with `python train_reward_model.py`."
+        },
+    )
+
+
+@dataclass
+class GRPOTrainingConfig(GRPOConfig):
+    """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step`.
+
+    Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many
+    completions go through one forward/backward pass on one device. One optimizer step sees
+    `prompts_per_step * num_generations` completions; `gradient_accumulation_steps` is derived from that.
+    """
+
+    output_dir: str = field(
+        default="./grpo_training_output",
+        metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest and the final model go."},
+    )
+    prompts_per_step: int = field(
+        default=4,
+        metadata={
+            "help": "Prompts per optimizer step (summed over devices). With num_generations=4 that is 16 completions "
+            "per step; gradient_accumulation_steps is derived from it. Set 0 to use TRL's batch flags as they are."
+        },
+    )
+    num_generations: int = field(default=4, metadata={"help": "Completions sampled per prompt (the GRPO group)."})
+    per_device_train_batch_size: int = field(
+        default=16,
+        metadata={"help": "Completions (not prompts) per forward/backward pass on one device. Lower it to save memory."},
+    )
+    max_completion_length: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
+    learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (ignored if --max_steps)."})
+    epsilon: float = field(default=0.2, metadata={"help": "PPO-style clip range of the probability ratio."})
+    beta: float = field(
+        default=0.04,
+        metadata={
+            "help": "KL coefficient against the frozen reference. Must be > 0 to keep the reference model and log `kl` "
+            "(TRL's own default is 0.0)."
+        },
+    )
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. Default: on when a CUDA GPU supports it, off otherwise (CPU)."},
+    )
+    report_to: None | str | list[str] = field(default="tensorboard", metadata={"help": "Where metrics go."})
+    logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
+    save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep only the newest N checkpoints."})
+
+    def __post_init__(self):
+        if self.bf16 is None:
+            self.bf16 = _cuda_supports_bf16() and not self.use_cpu
+        if self.prompts_per_step < 0:
+            raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
+        if self.prompts_per_step:
+            # Translate prompts into TRL's completion-counted batch before TRL derives its generation batch from it.
+            world_size = int(os.environ.get("WORLD_SIZE", "1"))
+            completions = self.prompts_per_step * self.num_generations
+            per_pass = self.per_device_train_batch_size * world_size
+            if completions % per_pass:
+                raise ValueError(
+                    f"prompts_per_step x num_generations = {completions} completions per optimizer step is not a "
+                    f"multiple of per_device_train_batch_size x processes = {per_pass}; lower "
+                    f"--per_device_train_batch_size so that it divides evenly."
+                )
+            accumulation = completions // per_pass
+            if self.gradient_accumulation_steps not in (1, accumulation):
+                raise ValueError(
+                    f"--gradient_accumulation_steps {self.gradient_accumulation_steps} conflicts with "
+                    f"--prompts_per_step {self.prompts_per_step} (which needs {accumulation}); pass "
+                    f"--prompts_per_step 0 to set TRL's batch flags yourself."
+                )
+            self.gradient_accumulation_steps = accumulation
+        if self.beta < 0:
+            raise ValueError(f"--beta must be >= 0, got {self.beta}.")
+        super().__post_init__()
+
+
+def _cuda_supports_bf16() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()

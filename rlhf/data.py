@@ -1,0 +1,119 @@
+"""Datasets -> conversational prompts.
+
+Recognised schemas (by column names):
+  orca          Intel/orca_dpo_pairs: `system`, `question`, `chosen`, `rejected` (strings)
+  orca_messages HuggingFaceH4/orca_dpo_pairs: `prompt` plus `chosen`/`rejected` as lists of messages
+  prompt        TRL's prompt-only format: `prompt` as a string or as a list of messages
+Every schema becomes a `prompt` column holding a conversation (system when non-empty, then user), so the
+model's chat template applies.
+"""
+
+import logging
+from pathlib import Path
+
+from rlhf.cli import UserError
+
+logger = logging.getLogger(__name__)
+
+LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+SCHEMAS = ("orca", "orca_messages", "prompt")
+
+
+def load_rows(dataset_name, split="train", max_samples=None):
+    """Load `split` of a Hub dataset or a local file/folder, keeping the first `max_samples` rows."""
+    import datasets
+
+    path = Path(dataset_name)
+    if path.is_file():
+        kind = LOCAL_FORMATS.get(path.suffix.lower())
+        if kind is None:
+            raise UserError(f"dataset file {path} has an unsupported extension; use one of {sorted(LOCAL_FORMATS)}")
+        try:
+            dataset = datasets.load_dataset(kind, data_files=str(path), split="train")
+        except ValueError:  # datasets' answer to a file with no rows ("... corresponds to no data")
+            raise UserError(f"dataset {dataset_name} has no rows; check the file") from None
+    elif path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
+        dataset = datasets.load_from_disk(str(path))  # a folder written by Dataset.save_to_disk
+        if isinstance(dataset, datasets.DatasetDict):
+            dataset = _pick_split(dataset, split, dataset_name)
+    elif looks_like_local_path(dataset_name) and not path.exists():
+        raise UserError(f"dataset {dataset_name} does not exist; give an existing file or folder, or a Hub name")
+    else:
+        try:
+            dataset = _pick_split(datasets.load_dataset(dataset_name), split, dataset_name)
+        except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
+            raise UserError(
+                f"cannot load dataset '{dataset_name}' ({type(error).__name__}); without Hub access pass a local "
+                "file with --dataset_name (json, jsonl, parquet or csv)"
+            ) from None
+    if max_samples:
+        dataset = dataset.select(range(min(max_samples, len(dataset))))
+    if len(dataset) == 0:
+        raise UserError(f"dataset {dataset_name} (split '{split}') has no rows")
+    return dataset
+
+
+def _pick_split(dataset_dict, split, dataset_name):
+    if split not in dataset_dict:
+        raise UserError(f"dataset {dataset_name} has no split '{split}'; pick one of {sorted(dataset_dict)}")
+    return dataset_dict[split]
+
+
+def looks_like_local_path(name):
+    """True for names that can only be local paths (Hub ids are `name` or `owner/name`)."""
+    return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name or Path(name).suffix != ""
+
+
+def detect_schema(columns):
+    """Name the schema of a dataset from its column names (see the module docstring)."""
+    columns = set(columns)
+    if {"question", "chosen", "rejected"} <= columns:
+        return "orca"
+    if {"prompt", "chosen", "rejected"} <= columns:
+        return "orca_messages"
+    if "prompt" in columns:
+        return "prompt"
+    raise UserError(
+        f"dataset columns {sorted(columns)} match no known schema; expected `system`+`question` (Intel ORCA), "
+        "`prompt`+`chosen`+`rejected` (H4 ORCA) or `prompt` (TRL prompt-only)"
+    )
+
+
+def to_conversation(row, schema):
+    """Return the prompt of one row as a list of chat messages: system (when non-empty), then user."""
+    if schema == "orca":
+        return _messages(row.get("system"), row["question"])
+    if schema == "orca_messages" and isinstance(row["chosen"], list) and row["chosen"]:
+        # The chosen conversation holds the prompt turns (system, user) followed by the preferred answer.
+        turns = [dict(role=m["role"], content=m["content"]) for m in row["chosen"]]
+        if turns[-1]["role"] == "assistant" and len(turns) > 1:
+            return [m for m in turns[:-1] if m["role"] != "system" or m["content"].strip()]
+    prompt = row["prompt"]
+    if isinstance(prompt, list):  # already a conversation
+        return [dict(role=m["role"], content=m["content"]) for m in prompt]
+    return _messages(None, prompt)
+
+
+def _messages(system, user):
+    messages = [{"role": "system", "content": system}] if system and system.strip() else []
+    return messages + [{"role": "user", "content": user}]
+
+
+def build_prompt_dataset(dataset, tokenizer, max_prompt_length):
+    """Map rows to a `prompt` column of conversations and drop prompts longer than `max_prompt_length` tokens."""
+    schema = detect_schema(dataset.column_names)
+    dataset = dataset.map(lambda row: {"prompt": to_conversation(row, schema)}, desc="Formatting prompts")
+
+    def fits(row):
+        text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_prompt_length
+
+    kept = dataset.filter(fits, desc="Dropping over-long prompts")
+    dropped = len(dataset) - len(kept)
+    logger.info(
+        "Dataset schema '%s': %d prompts kept, %d dropped as longer than %d tokens.",
+        schema, len(kept), dropped, max_prompt_length,
+    )
+    if len(kept) == 0:
+        raise UserError(f"every prompt is longer than --max_prompt_length {max_prompt_length}; raise it")
+    return kept, schema, dropped

@@ -1,0 +1,32 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlhf import tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+# Tests never reach the Hugging Face Hub: everything they load is built here.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Tiny random policy + reward model sharing one tokenizer, a reward model with another tokenizer, prompts."""
+    root = tmp_path_factory.mktemp("tiny")
+    artifacts = tiny.build_all(root)
+    other_tokenizer = tiny.build_tokenizer(vocab_size=300, seed=7)
+    artifacts["other_reward_model"] = tiny.build_reward_model(root / "other_reward_model", other_tokenizer)
+    return artifacts
+
+
+def run_script(script, *args, timeout=600):
+    """Run one of the package's scripts as a user would, from the repository root."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *map(str, args)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
+    )

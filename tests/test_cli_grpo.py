@@ -1,0 +1,136 @@
+"""`train_grpo.py` run end to end as a subprocess on tiny local models, as a user would run it."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import run_script
+from rlhf import tiny
+
+SMALL = ["--max_completion_length", "8", "--num_generations", "2", "--prompts_per_step", "2",
+         "--per_device_train_batch_size", "4", "--save_steps", "2", "--seed", "0"]
+
+
+def grpo_args(models, output_dir, *extra, reward_model=None):
+    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
+            "--dataset_name", models["prompts"], "--output_dir", output_dir, *SMALL, *extra]
+
+
+def scalars(output_dir):
+    """Every scalar logged to TensorBoard under `output_dir`, as {tag: [(step, value), ...]}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = {}
+    for events in output_dir.rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            values.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
+    return values
+
+
+def assert_ok(result):
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_help_exits_zero():
+    result = run_script("train_grpo.py", "--help")
+    assert result.returncode == 0
+    assert "--use_lora" in result.stdout and "--prompts_per_step" in result.stdout
+
+
+def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "run"
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2"))
+    assert_ok(result)
+    logged = scalars(out)
+    assert [step for step, _ in logged["train/kl"]] == [1, 2]
+    assert [step for step, _ in logged["train/reward"]] == [1, 2]
+    assert "train/rewards/reward_model/mean" in logged
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.vocab_size == AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).config.vocab_size
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert manifest["finished_at"] and manifest["global_step"] == 2
+    assert manifest["config"]["GRPOTrainingConfig"]["beta"] == 0.04
+    assert manifest["versions"]["trl"] == "1.12.0"
+
+
+def test_lora_run_saves_an_adapter_that_merges_into_a_full_model(tiny_models, tmp_path):
+    from peft import AutoPeftModelForCausalLM
+
+    out = tmp_path / "lora"
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2", "--use-lora"))
+    assert_ok(result)
+    assert (out / "adapter_config.json").exists() and not (out / "model.safetensors").exists()
+    assert [step for step, _ in scalars(out)["train/kl"]] == [1, 2]
+    adapter_config = json.loads((out / "adapter_config.json").read_text())
+    assert (adapter_config["r"], adapter_config["lora_alpha"]) == (16, 32)
+    merged = AutoPeftModelForCausalLM.from_pretrained(out).merge_and_unload()  # the README's merge recipe
+    assert type(merged).__name__ == "LlamaForCausalLM"
+
+
+def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, tmp_path):
+    out = tmp_path / "yaml"
+    config = tmp_path / "grpo.yaml"
+    config.write_text(f"max_steps: 1\nlearning_rate: 1.0e-5\noutput_dir: {out}\nmax_samples: 8\n")
+    args = grpo_args(tiny_models, out, "--config", config, reward_model=tiny_models["other_reward_model"])
+    args.remove("--output_dir")
+    args.remove(out)
+    assert_ok(run_script("train_grpo.py", *args))
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert manifest["config"]["GRPOTrainingConfig"]["learning_rate"] == 1e-5
+    assert manifest["config"]["DataArguments"]["max_samples"] == 8
+    assert manifest["global_step"] == 1
+    assert "train/reward" in scalars(out)
+
+
+def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_models, tmp_path):
+    full = tmp_path / "full"
+    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, full, "--max_steps", "4")))
+    # An interrupted run is what a crash after step 2 leaves: a checkpoint and no final model.
+    interrupted = tmp_path / "interrupted"
+    interrupted.mkdir()
+    (interrupted / "my_notes.txt").write_text("keep me")
+    shutil.copytree(full / "checkpoint-2", interrupted / "checkpoint-2")
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, interrupted, "--max_steps", "4"))
+    assert_ok(result)
+    assert "Resuming from" in result.stdout and "checkpoint-2" in result.stdout
+    state = json.loads((interrupted / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert [step for step, _ in scalars(interrupted)["train/kl"]] == [3, 4]  # steps 1-2 were not redone
+    assert (interrupted / "my_notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("--reward_model_path", "./no_such_reward_model"), "python train_reward_model.py"),
+        (("--model_name_or_path", "./no_such_model"), "--model_name_or_path"),
+        (("--dataset_name", "./missing.jsonl"), "does not exist"),
+        (("--per_device_train_batch_size", "3"), "per_device_train_batch_size"),
+        (("--use_vllm",), "vLLM"),
+    ],
+)
+def test_user_errors_end_in_one_line_and_exit_code_2(tiny_models, tmp_path, change, message):
+    args = grpo_args(tiny_models, tmp_path / "run", "--max_steps", "1")
+    flag = change[0]
+    if flag in args and len(change) == 2:
+        args[args.index(flag) + 1] = change[1]
+    else:
+        args += list(change)
+    result = run_script("train_grpo.py", *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and message in error_lines[0]
+    assert not (tmp_path / "run" / "run_manifest.json").exists()
+
+
+def test_dataset_without_known_columns_is_refused(tiny_models, tmp_path):
+    data = tiny.write_jsonl(tmp_path / "bad.jsonl", [{"instruction": "x", "output": "y"}])
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--dataset_name", data))
+    assert result.returncode == 2
+    assert "instruction" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,91 @@
+import json
+
+import pytest
+
+from rlhf import tiny
+from rlhf.cli import UserError
+from rlhf.data import build_prompt_dataset, detect_schema, load_rows, to_conversation
+
+
+def test_detect_schema_recognises_each_format():
+    assert detect_schema(["system", "question", "chosen", "rejected"]) == "orca"
+    assert detect_schema(["prompt", "chosen", "rejected"]) == "orca_messages"
+    assert detect_schema(["prompt"]) == "prompt"
+    assert detect_schema(["prompt", "ground_truth"]) == "prompt"
+
+
+def test_detect_schema_names_columns_when_nothing_matches():
+    with pytest.raises(UserError, match=r"\['instruction', 'output'\]"):
+        detect_schema(["instruction", "output"])
+
+
+def test_orca_row_keeps_system_only_when_non_empty():
+    row = {"system": "Be brief.", "question": "What is 2+2?", "chosen": "4", "rejected": "5"}
+    assert to_conversation(row, "orca") == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2+2?"},
+    ]
+    assert to_conversation({**row, "system": "  "}, "orca") == [{"role": "user", "content": "What is 2+2?"}]
+
+
+def test_orca_messages_row_takes_the_turns_before_the_answer():
+    row = {
+        "prompt": "What is 2+2?",
+        "chosen": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4"},
+        ],
+        "rejected": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "5"}],
+    }
+    assert to_conversation(row, "orca_messages") == row["chosen"][:2]
+    # Only the answer in `chosen`: fall back to the prompt string.
+    row["chosen"] = [{"role": "assistant", "content": "4"}]
+    assert to_conversation(row, "orca_messages") == [{"role": "user", "content": "What is 2+2?"}]
+
+
+def test_prompt_rows_as_string_or_conversation():
+    assert to_conversation({"prompt": "Hi"}, "prompt") == [{"role": "user", "content": "Hi"}]
+    conversation = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert to_conversation({"prompt": conversation}, "prompt") == conversation
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])
+def test_load_rows_reads_local_files_and_keeps_the_first_rows(tmp_path, suffix):
+    import datasets
+
+    rows = tiny.orca_rows(10)
+    path = tmp_path / f"data{suffix}"
+    dataset = datasets.Dataset.from_list(rows)
+    {".jsonl": lambda: dataset.to_json(path), ".json": lambda: path.write_text(json.dumps(rows)),
+     ".csv": lambda: dataset.to_csv(path), ".parquet": lambda: dataset.to_parquet(path)}[suffix]()
+    loaded = load_rows(str(path), max_samples=4)
+    assert len(loaded) == 4
+    assert loaded[0]["question"] == rows[0]["question"]
+    assert loaded[3]["question"] == rows[3]["question"]
+
+
+def test_load_rows_errors_name_the_problem(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_rows(str(tmp_path / "missing.jsonl"))
+    bad = tmp_path / "data.txt"
+    bad.write_text("x")
+    with pytest.raises(UserError, match="unsupported extension"):
+        load_rows(str(bad))
+    empty = tmp_path / "empty.csv"
+    empty.write_text("system,question,chosen,rejected\n")
+    with pytest.raises(UserError, match="no rows"):
+        load_rows(str(empty))
+
+
+def test_build_prompt_dataset_drops_and_counts_long_prompts():
+    import datasets
+
+    tokenizer = tiny.build_tokenizer()
+    rows = [{"prompt": "short one"}, {"prompt": " ".join(["water"] * 300)}, {"prompt": "also short"}]
+    dataset, schema, dropped = build_prompt_dataset(datasets.Dataset.from_list(rows), tokenizer, 64)
+    assert schema == "prompt"
+    assert dropped == 1
+    assert [p[-1]["content"] for p in dataset["prompt"]] == ["short one", "also short"]
+    with pytest.raises(UserError, match="max_prompt_length"):
+        build_prompt_dataset(datasets.Dataset.from_list(rows), tokenizer, 2)

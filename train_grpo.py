@@ -1,0 +1,96 @@
+"""Align a causal LM to a frozen reward model with GRPO (TRL's GRPOTrainer).
+
+Usage:
+
+    python train_grpo.py                                  # SmolLM2-135M-SFT-Only on the first 10k ORCA prompts
+    python train_grpo.py --use-lora                       # LoRA adapter instead of all weights
+    python train_grpo.py --config recipes/grpo.yaml --learning_rate 1e-6
+    python train_grpo.py --model_name_or_path ./my_sft --reward_model_path ./reward_model_output \
+        --dataset_name prompts.jsonl --max_steps 100 --output_dir ./grpo_run
+
+Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one.
+`python train_grpo.py --help` lists every flag (all of TRL's GRPOConfig fields pass through).
+"""
+
+import logging
+
+from config import DataArguments, GRPOTrainingConfig, ModelArguments, RewardArguments
+from rlhf.cli import UserError, exit_on_user_error, parse_args
+from rlhf.data import build_prompt_dataset, load_rows
+from rlhf.models import REWARD_HINT, check_model_source, load_reward_model, load_tokenizer, lora_config, torch_dtype
+from rlhf.run import mark_finished, prepare_output_dir, write_manifest
+
+logger = logging.getLogger("train_grpo")
+
+
+def main(model_args, data_args, reward_args, training_args):
+    # Checks that cost nothing come before any weights are loaded or any folder is created.
+    check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
+    check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+    if training_args.use_vllm:
+        _check_vllm_installed()
+    # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
+    training_args.model_init_kwargs = {"dtype": torch_dtype(model_args.dtype)}
+    resume_from = prepare_output_dir(training_args.output_dir)
+
+    from transformers import set_seed
+
+    from rlhf.trl_compat import GRPOTrainer
+
+    set_seed(training_args.seed)
+
+    ################
+    # Dataset (before the models load: a wrong column costs seconds)
+    ################
+    tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code)
+    rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
+    train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length)
+
+    ################
+    # Models
+    ################
+    reward_model, reward_tokenizer = load_reward_model(
+        reward_args.reward_model_path, model_args.dtype, training_args.trust_remote_code
+    )
+
+    ################
+    # Training
+    ################
+    write_manifest(
+        training_args.output_dir, "train_grpo.py", (model_args, data_args, reward_args, training_args), resume_from
+    )
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=[reward_model],
+        reward_processing_classes=[reward_tokenizer],
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(model_args),
+    )
+    if resume_from:
+        print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+
+    # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
+    trainer.save_model(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+    mark_finished(training_args.output_dir, global_step=trainer.state.global_step)
+    print(f"Saved the final {'adapter' if model_args.use_lora else 'model'} to {training_args.output_dir}.")
+
+
+def _check_vllm_installed():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError("--use_vllm needs vLLM (Linux + CUDA): pip install -r requirements-vllm.txt, or drop the flag")
+
+
+@exit_on_user_error
+def cli(args=None):
+    main(*parse_args((ModelArguments, DataArguments, RewardArguments, GRPOTrainingConfig), args, __doc__))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    cli()
