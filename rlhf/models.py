@@ -32,7 +32,10 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
             name_or_path, padding_side=padding_side, trust_remote_code=trust_remote_code
         )
     except OSError as error:
-        raise UserError(f"cannot load a tokenizer from {name_or_path} ({_first_line(error)})") from None
+        raise UserError(
+            f"cannot load model {name_or_path} ({_first_line(error)}); without Hub access pass a local folder "
+            "with --model_name_or_path"
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.chat_template is None:
