@@ -10,7 +10,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from rlhf.trl_compat import GRPOConfig
+from rlhf.trl_compat import GRPOConfig, RewardConfig
 
 # transformers 5.x renamed gradient_checkpointing to activation_checkpointing; TRL 1.12 still sets the old name, and
 # both flags keep working. Hide the rename notice that would otherwise open every run.
@@ -61,9 +61,28 @@ class DataArguments:
         default=10_000,
         metadata={"help": "Use only the first N rows of the split (None or 0: all of them)."},
     )
+
+
+@dataclass
+class PromptDataArguments(DataArguments):
+    """Prompts for the RL scripts."""
+
     max_prompt_length: int = field(
         default=512,
         metadata={"help": "Prompts longer than this many tokens (after the chat template) are dropped and counted."},
+    )
+
+
+@dataclass
+class PreferenceDataArguments(DataArguments):
+    """Preference pairs for the reward model."""
+
+    eval_samples: int = field(
+        default=50,
+        metadata={
+            "help": "Pairs held out (a seeded random pick among the rows read) to measure pairwise accuracy at the "
+            "end; 0 turns the held-out evaluation off."
+        },
     )
 
 
@@ -81,7 +100,24 @@ class RewardArguments:
 
 
 @dataclass
-class GRPOTrainingConfig(GRPOConfig):
+class _RunDefaults:
+    """Defaults shared by every training script (placed before the TRL config in the bases, so they win)."""
+
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. Default: on when a CUDA GPU supports it, off otherwise (CPU)."},
+    )
+    report_to: None | str | list[str] = field(default="tensorboard", metadata={"help": "Where metrics go."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep only the newest N checkpoints."})
+
+    def __post_init__(self):
+        if self.bf16 is None:
+            self.bf16 = _cuda_supports_bf16() and not self.use_cpu
+        super().__post_init__()
+
+
+@dataclass
+class GRPOTrainingConfig(_RunDefaults, GRPOConfig):
     """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step`.
 
     Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many
@@ -119,18 +155,10 @@ class GRPOTrainingConfig(GRPOConfig):
             "(TRL's own default is 0.0)."
         },
     )
-    bf16: bool | None = field(
-        default=None,
-        metadata={"help": "bf16 mixed precision. Default: on when a CUDA GPU supports it, off otherwise (CPU)."},
-    )
-    report_to: None | str | list[str] = field(default="tensorboard", metadata={"help": "Where metrics go."})
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
-    save_total_limit: int | None = field(default=2, metadata={"help": "Keep only the newest N checkpoints."})
 
     def __post_init__(self):
-        if self.bf16 is None:
-            self.bf16 = _cuda_supports_bf16() and not self.use_cpu
         if self.prompts_per_step < 0:
             raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
         if self.prompts_per_step:
@@ -155,6 +183,26 @@ class GRPOTrainingConfig(GRPOConfig):
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
         super().__post_init__()
+
+
+@dataclass
+class RewardTrainingConfig(_RunDefaults, RewardConfig):
+    """TRL's `RewardConfig` with this package's defaults (a Bradley-Terry pairwise loss on chosen vs rejected)."""
+
+    output_dir: str = field(
+        default="./reward_model_output",
+        metadata={"help": "Where the reward model goes; train_grpo.py and train_ppo.py read it from here by default."},
+    )
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (AdamW)."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    warmup_steps: float = field(default=0.05, metadata={"help": "Warm-up: steps, or a fraction of all steps if < 1."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the pairs (ignored if --max_steps)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Preference pairs per device per pass."})
+    max_length: int | None = field(
+        default=1024, metadata={"help": "Pairs whose chosen or rejected conversation is longer are dropped."}
+    )
+    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
+    save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N optimizer steps."})
 
 
 def _cuda_supports_bf16() -> bool:

@@ -14,10 +14,11 @@ Re-running the same command on an `--output_dir` with checkpoints resumes from t
 
 import logging
 
-from config import DataArguments, GRPOTrainingConfig, ModelArguments, RewardArguments
+from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.models import REWARD_HINT, check_model_source, load_reward_model, load_tokenizer, lora_config, torch_dtype
+from rlhf.models import check_model_source, load_tokenizer, lora_config, torch_dtype
+from rlhf.reward import REWARD_HINT, load_reward_model
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
 
 logger = logging.getLogger("train_grpo")
@@ -88,7 +89,7 @@ def _check_vllm_installed():
 
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((ModelArguments, DataArguments, RewardArguments, GRPOTrainingConfig), args, __doc__))
+    main(*parse_args((ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig), args, __doc__))
 
 
 if __name__ == "__main__":

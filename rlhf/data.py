@@ -117,3 +117,32 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length):
     if len(kept) == 0:
         raise UserError(f"every prompt is longer than --max_prompt_length {max_prompt_length}; raise it")
     return kept, schema, dropped
+
+
+def to_preference_pair(row, schema):
+    """Chosen and rejected conversations of one row: the prompt turns, then the answer as assistant."""
+    prompt = to_conversation(row, schema)
+    return {
+        "chosen": prompt + [{"role": "assistant", "content": _answer(row["chosen"])}],
+        "rejected": prompt + [{"role": "assistant", "content": _answer(row["rejected"])}],
+    }
+
+
+def _answer(value):
+    if isinstance(value, list):  # a conversation: its last message is the answer
+        return value[-1]["content"]
+    return value
+
+
+def build_preference_dataset(dataset):
+    """Map rows to `chosen`/`rejected` conversations, the format TRL's RewardTrainer tokenizes with a chat template."""
+    schema = detect_schema(dataset.column_names)
+    if schema == "prompt":
+        raise UserError(
+            f"dataset columns {sorted(dataset.column_names)} hold prompts only; preference training needs "
+            "`chosen` and `rejected` answers (Intel or H4 ORCA schema)"
+        )
+    pairs = dataset.map(
+        lambda row: to_preference_pair(row, schema), remove_columns=dataset.column_names, desc="Formatting pairs"
+    )
+    return pairs, schema

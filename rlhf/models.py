@@ -1,4 +1,4 @@
-"""Loading the policy tokenizer, LoRA settings and the frozen reward model.
+"""Loading models and tokenizers, and the LoRA settings.
 
 Paths are checked before any weights load, so a typo costs seconds. Loading stays real: Hub ids and local
 folders go through `from_pretrained` alike.
@@ -10,7 +10,6 @@ from rlhf.cli import UserError
 from rlhf.data import looks_like_local_path
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
-REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
 
 
 def check_model_source(name_or_path, what, flag, hint=""):
@@ -33,7 +32,7 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
         )
     except OSError as error:
         raise UserError(
-            f"cannot load model {name_or_path} ({_first_line(error)}); without Hub access pass a local folder "
+            f"cannot load model {name_or_path} ({first_line(error)}); without Hub access pass a local folder "
             "with --model_name_or_path"
         ) from None
     if tokenizer.pad_token is None:
@@ -45,39 +44,11 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
     return tokenizer
 
 
-def load_reward_model(path, dtype="float32", trust_remote_code=False):
-    """Load a frozen sequence-classification reward model and its own tokenizer.
+def lora_config(model_args, task_type="CAUSAL_LM"):
+    """A PEFT `LoraConfig` from the LoRA flags, or None when LoRA is off.
 
-    The model is put in eval mode with gradients off. Its `pad_token_id` is set from its tokenizer, because
-    sequence classifiers read the score at the last token that is not padding.
+    With task_type="SEQ_CLS" PEFT also trains the classification head (`score`) in full.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
-
-    check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except OSError as error:
-        raise UserError(f"cannot load reward model {path} ({_first_line(error)}){REWARD_HINT}") from None
-    architectures = config.architectures or []
-    if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
-        raise UserError(
-            f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
-            f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
-        )
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code
-    )
-    model.config.pad_token_id = tokenizer.pad_token_id
-    model.eval().requires_grad_(False)
-    return model, tokenizer
-
-
-def lora_config(model_args):
-    """A PEFT `LoraConfig` from the LoRA flags, or None when LoRA is off."""
     if not model_args.use_lora:
         return None
     from peft import LoraConfig
@@ -88,7 +59,7 @@ def lora_config(model_args):
         lora_dropout=model_args.lora_dropout,
         target_modules=model_args.lora_target_modules,
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type=task_type,
     )
 
 
@@ -100,5 +71,5 @@ def torch_dtype(name):
     return name if name == "auto" else getattr(torch, name)
 
 
-def _first_line(error):
+def first_line(error):
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

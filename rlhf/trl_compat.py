@@ -4,7 +4,7 @@ TRL is pinned to 1.12.0: it is the last release with `trl.experimental.ppo.PPOTr
 Moving to another TRL release should be a change to this file alone.
 """
 
-from trl import GRPOConfig, GRPOTrainer, TrlParser
+from trl import GRPOConfig, GRPOTrainer, RewardConfig, RewardTrainer, TrlParser
 from trl.data_utils import is_conversational
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "TrlParser", "is_conversational"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "RewardConfig", "RewardTrainer", "TrlParser", "is_conversational"]

@@ -1,9 +1,9 @@
 import pytest
 
-from config import DataArguments, GRPOTrainingConfig, ModelArguments, RewardArguments
+from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, parse_args
 
-GRPO_TYPES = (ModelArguments, DataArguments, RewardArguments, GRPOTrainingConfig)
+GRPO_TYPES = (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig)
 
 
 def parse(*args):

@@ -89,3 +89,37 @@ def test_build_prompt_dataset_drops_and_counts_long_prompts():
     assert [p[-1]["content"] for p in dataset["prompt"]] == ["short one", "also short"]
     with pytest.raises(UserError, match="max_prompt_length"):
         build_prompt_dataset(datasets.Dataset.from_list(rows), tokenizer, 2)
+
+
+def test_preference_pair_is_prompt_then_each_answer():
+    from rlhf.data import to_preference_pair
+
+    row = {"system": "Be brief.", "question": "2+2?", "chosen": "4", "rejected": "5"}
+    pair = to_preference_pair(row, "orca")
+    assert pair["chosen"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+    ]
+    assert pair["rejected"][:2] == pair["chosen"][:2] and pair["rejected"][2]["content"] == "5"
+    h4 = {"prompt": "2+2?", "chosen": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+          "rejected": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "5"}]}
+    assert to_preference_pair(h4, "orca_messages") == {
+        "chosen": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+        "rejected": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "5"}],
+    }
+
+
+def test_shipped_preference_data_is_exactly_what_our_generator_writes(tmp_path):
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("make_preferences", ROOT / "data" / "make_preferences.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    generator.main(tmp_path / "preferences.jsonl")
+    assert (tmp_path / "preferences.jsonl").read_text() == (ROOT / "data" / "preferences.jsonl").read_text()
+    rows = [json.loads(line) for line in (ROOT / "data" / "preferences.jsonl").read_text().splitlines()]
+    assert len(rows) == 400 and detect_schema(rows[0]) == "orca"
+    assert all(row["chosen"] != row["rejected"] for row in rows)

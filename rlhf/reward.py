@@ -1,0 +1,70 @@
+"""The frozen reward model: loading, scoring conversations, pairwise accuracy."""
+
+from rlhf.cli import UserError
+from rlhf.models import check_model_source, first_line, torch_dtype
+
+REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
+
+
+def load_reward_model(path, dtype="float32", trust_remote_code=False):
+    """Load a frozen sequence-classification reward model and its own tokenizer.
+
+    The model is put in eval mode with gradients off. Its `pad_token_id` is set from its tokenizer, because
+    sequence classifiers read the score at the last token that is not padding.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except OSError as error:
+        raise UserError(f"cannot load reward model {path} ({first_line(error)}){REWARD_HINT}") from None
+    architectures = config.architectures or []
+    if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise UserError(
+            f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
+            f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(
+        path, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code
+    )
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.eval().requires_grad_(False)
+    return model, tokenizer
+
+
+def score_conversations(model, tokenizer, conversations, batch_size=16):
+    """Reward of each conversation (a list of messages ending with the assistant's answer).
+
+    Rendered exactly as TRL's GRPOTrainer renders prompt + completion for a reward model: the chat template
+    of the reward model's own tokenizer, no special tokens added, right padding.
+    """
+    import torch
+
+    texts = [tokenizer.apply_chat_template(messages, tokenize=False) for messages in conversations]
+    device = next(model.parameters()).device
+    scores = []
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(
+                texts[start : start + batch_size],
+                return_tensors="pt",
+                padding=True,
+                padding_side="right",
+                add_special_tokens=False,
+            ).to(device)
+            scores.extend(model(**batch).logits[:, 0].float().tolist())
+    model.train(was_training)
+    return scores
+
+
+def pairwise_accuracy(chosen_scores, rejected_scores):
+    """Share of pairs whose chosen answer scores strictly higher than the rejected one (a tie counts as wrong)."""
+    if len(chosen_scores) != len(rejected_scores) or not chosen_scores:
+        raise ValueError("need the same, non-zero number of chosen and rejected scores")
+    return sum(c > r for c, r in zip(chosen_scores, rejected_scores)) / len(chosen_scores)
