@@ -109,6 +109,10 @@ class _RunDefaults:
     )
     report_to: None | str | list[str] = field(default="tensorboard", metadata={"help": "Where metrics go."})
     save_total_limit: int | None = field(default=2, metadata={"help": "Keep only the newest N checkpoints."})
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={"help": "Hide NaN/inf losses in the logs (off: a non-finite loss is shown and stops the run)."},
+    )
 
     def __post_init__(self):
         if self.bf16 is None:

@@ -18,7 +18,8 @@ from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, Rewa
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.models import check_model_source, load_tokenizer, lora_config, torch_dtype
-from rlhf.reward import REWARD_HINT, load_reward_model
+from rlhf.guard import guarded_train
+from rlhf.reward import REWARD_HINT, RewardModelScorer, load_reward_model
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
 
 logger = logging.getLogger("train_grpo")
@@ -60,18 +61,16 @@ def main(model_args, data_args, reward_args, training_args):
     write_manifest(
         training_args.output_dir, "train_grpo.py", (model_args, data_args, reward_args, training_args), resume_from
     )
+    reward_model.to(training_args.device)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
-        reward_funcs=[reward_model],
-        reward_processing_classes=[reward_tokenizer],
+        reward_funcs=[RewardModelScorer(reward_model, reward_tokenizer, reward_args.reward_model_path)],
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=lora_config(model_args),
     )
-    if resume_from:
-        print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    guarded_train(trainer, training_args.output_dir, resume_from)
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
     trainer.save_model(training_args.output_dir)

@@ -18,6 +18,7 @@ from pathlib import Path
 from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
+from rlhf.guard import guarded_train
 from rlhf.models import check_model_source, load_tokenizer, lora_config, torch_dtype
 from rlhf.reward import pairwise_accuracy, score_conversations
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
@@ -55,9 +56,7 @@ def main(model_args, data_args, training_args):
         processing_class=tokenizer,
         peft_config=lora_config(model_args, task_type="SEQ_CLS"),
     )
-    if resume_from:
-        print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    guarded_train(trainer, training_args.output_dir, resume_from)
 
     ################
     # Save a plain sequence classifier (LoRA merged, score head kept) and its held-out accuracy

@@ -1,4 +1,6 @@
-"""The frozen reward model: loading, scoring conversations, pairwise accuracy."""
+"""The frozen reward model: loading, scoring conversations, pairwise accuracy, non-finite checks."""
+
+import math
 
 from rlhf.cli import UserError
 from rlhf.models import check_model_source, first_line, torch_dtype
@@ -68,3 +70,38 @@ def pairwise_accuracy(chosen_scores, rejected_scores):
     if len(chosen_scores) != len(rejected_scores) or not chosen_scores:
         raise ValueError("need the same, non-zero number of chosen and rejected scores")
     return sum(c > r for c, r in zip(chosen_scores, rejected_scores)) / len(chosen_scores)
+
+
+class NonFiniteError(RuntimeError):
+    """A reward or loss that is NaN or infinite: training stops rather than learn from it."""
+
+
+def check_finite(values, source, step):
+    """Raise `NonFiniteError` naming `source` and `step` if any value is NaN or infinite."""
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise NonFiniteError(
+            f"{source} returned {len(bad)} non-finite value(s) (e.g. {bad[0]}) out of {len(values)} "
+            f"while computing step {step}"
+        )
+
+
+class RewardModelScorer:
+    """A GRPO reward function backed by the frozen reward model.
+
+    It renders prompt + completion with the reward model's own chat template (as TRL does for a reward model
+    passed directly), logs as `rewards/reward_model/*` whatever the folder is called, and stops training with
+    the step number if the model returns NaN or infinity instead of letting TRL's NaN-tolerant sum hide it.
+    """
+
+    __name__ = "reward_model"
+
+    def __init__(self, model, tokenizer, path, batch_size=16):
+        self.model, self.tokenizer, self.path, self.batch_size = model, tokenizer, path, batch_size
+
+    def __call__(self, prompts, completions, trainer_state=None, **kwargs):
+        conversations = [prompt + completion for prompt, completion in zip(prompts, completions)]
+        scores = score_conversations(self.model, self.tokenizer, conversations, self.batch_size)
+        step = trainer_state.global_step + 1 if trainer_state else "?"
+        check_finite(scores, f"reward model {self.path}", step)
+        return scores

@@ -82,7 +82,7 @@ def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, t
     assert_ok(run_script("train_grpo.py", *args))
     manifest = json.loads((out / "run_manifest.json").read_text())
     assert manifest["config"]["GRPOTrainingConfig"]["learning_rate"] == 1e-5
-    assert manifest["config"]["DataArguments"]["max_samples"] == 8
+    assert manifest["config"]["PromptDataArguments"]["max_samples"] == 8
     assert manifest["global_step"] == 1
     assert "train/reward" in scalars(out)
 

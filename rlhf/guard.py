@@ -1,0 +1,104 @@
+"""Running a trainer so that a Ctrl-C costs minutes, not the run, and a NaN never trains silently.
+
+- Ctrl-C or SIGTERM: the current step finishes, a checkpoint is saved, the script exits with code 130 and says how
+  to resume (re-run the same command). A second Ctrl-C aborts at once; the last complete checkpoint stays intact.
+- A non-finite loss or gradient norm in the logs, or a non-finite reward (see `rlhf.reward.check_finite`), stops
+  the run before the next checkpoint is written, with the source and the step, exit code 1. The run is stopped
+  rather than the batch skipped: a NaN means something upstream is broken, and skipping would hide it.
+"""
+
+import math
+import signal
+import sys
+
+from transformers import TrainerCallback
+
+from rlhf.reward import NonFiniteError
+from rlhf.run import last_checkpoint
+
+INTERRUPTED_EXIT_CODE = 130
+NON_FINITE_EXIT_CODE = 1
+# Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
+WATCHED = ("loss", "grad_norm", "loss/policy_avg", "loss/value_avg")
+
+
+class TrainingInterrupted(Exception):
+    def __init__(self, step):
+        super().__init__(f"interrupted at step {step}")
+        self.step = step
+
+
+class TrainingGuard(TrainerCallback):
+    """Turns SIGINT/SIGTERM into "save a checkpoint after this step, then stop", and watches logs for NaN."""
+
+    def __init__(self):
+        self.stop_requested = False
+
+    def request_stop(self, signum, frame):
+        if self.stop_requested:  # second signal: abort now
+            raise KeyboardInterrupt
+        self.stop_requested = True
+        name = signal.Signals(signum).name
+        print(f"\n{name} received: saving a checkpoint after this step (press Ctrl-C again to abort now).", flush=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if _any_process(self.stop_requested, args):
+            control.should_save = True
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.stop_requested or _any_process(self.stop_requested, args):
+            raise TrainingInterrupted(state.global_step)  # the checkpoint is complete at this point
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in WATCHED:
+            value = (logs or {}).get(key)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise NonFiniteError(f"training {key} became {value} at step {state.global_step}")
+
+
+def _any_process(flag, args):
+    """True if any process got the signal, so that all processes stop at the same step."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    import torch
+
+    tensor = torch.tensor([float(flag)], device=args.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+def guarded_train(trainer, output_dir, resume_from=None, train=None):
+    """Run `trainer.train` (or `train()` if given) under a `TrainingGuard`; exit with a clear line if it stops early.
+
+    Returns normally only when training ran to the end.
+    """
+    guard = TrainingGuard()
+    trainer.add_callback(guard)
+    if resume_from:
+        print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
+    handlers = {sig: signal.signal(sig, guard.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if train is not None:
+            train()
+        else:
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    except TrainingInterrupted as stop:
+        checkpoint = last_checkpoint(output_dir)
+        print(
+            f"\nStopped at step {stop.step}; checkpoint saved in {checkpoint}. Re-run the same command to resume.",
+            flush=True,
+        )
+        sys.exit(INTERRUPTED_EXIT_CODE)
+    except NonFiniteError as error:
+        checkpoint = last_checkpoint(output_dir)
+        kept = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written"
+        # The leading newline ends the progress bar's line, so the error starts a line of its own.
+        print(f"\nerror: {error}; training stopped ({kept}). Lower the learning rate or check the reward.",
+              file=sys.stderr)
+        sys.exit(NON_FINITE_EXIT_CODE)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

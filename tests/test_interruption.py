@@ -1,0 +1,76 @@
+"""Ctrl-C / SIGTERM, resume, and non-finite numbers, on real subprocess runs of the training scripts."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from conftest import ROOT
+from rlhf import tiny
+from test_cli_grpo import assert_ok, grpo_args, run_script
+
+
+def wait_for(path, process, timeout=120):
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_sigterm_saves_a_checkpoint_and_rerun_finishes_with_the_same_step_count(tiny_models, tmp_path):
+    out = tmp_path / "run"
+    args = grpo_args(tiny_models, out, "--max_steps", "30")
+    process = subprocess.Popen([sys.executable, str(ROOT / "train_grpo.py"), *map(str, args)], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(out / "checkpoint-2" / "trainer_state.json", process)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "SIGTERM received" in stdout and "Re-run the same command to resume" in stdout
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    stopped_at = checkpoints[-1]
+    assert 2 < stopped_at < 30  # it stopped right after the step in flight, not at the end
+    assert json.loads((out / f"checkpoint-{stopped_at}" / "trainer_state.json").read_text())["global_step"] == stopped_at
+    assert not (out / "model.safetensors").exists()  # no final model from an interrupted run
+
+    result = run_script("train_grpo.py", *args)
+    assert_ok(result)
+    assert f"Resuming from {out / f'checkpoint-{stopped_at}'}" in result.stdout
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert manifest["global_step"] == 30 and manifest["finished_at"]
+    assert [launch["resumed_from"] for launch in manifest["launches"]] == [None, str(out / f"checkpoint-{stopped_at}")]
+
+
+def test_nan_reward_stops_the_run_naming_the_reward_model_and_step(tiny_models, tmp_path):
+    broken = tiny.build_reward_model(tmp_path / "nan_reward", tiny.build_tokenizer())
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(broken / "model.safetensors")
+    weights["score.weight"] = torch.full_like(weights["score.weight"], float("nan"))
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--max_steps", "2",
+                                                   reward_model=broken))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1
+    assert f"reward model {broken}" in error[0] and "non-finite" in error[0] and "step 1" in error[0]
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_nan_loss_stops_the_run_before_it_is_checkpointed(tiny_models, tmp_path):
+    out = tmp_path / "run"
+    # A learning rate this large drives the tiny model's weights to inf/NaN within a few steps.
+    result = run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"],
+                        "--dataset_name", tiny_models["prompts"], "--output_dir", out, "--learning_rate", "1e30",
+                        "--max_steps", "6", "--logging_steps", "1", "--save_steps", "100", "--eval_samples", "0",
+                        "--per_device_train_batch_size", "4", "--max_grad_norm", "0")
+    assert result.returncode == 1, result.stderr[-2000:]
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "became nan" in error[0].lower() and "at step" in error[0]
+    assert not list(out.glob("checkpoint-*")) and not (out / "model.safetensors").exists()
