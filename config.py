@@ -10,7 +10,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from rlhf.trl_compat import GRPOConfig, RewardConfig
+from rlhf.trl_compat import GRPOConfig, PPOConfig, RewardConfig
 
 # transformers 5.x renamed gradient_checkpointing to activation_checkpointing; TRL 1.12 still sets the old name, and
 # both flags keep working. Hide the rename notice that would otherwise open every run.
@@ -207,6 +207,76 @@ class RewardTrainingConfig(_RunDefaults, RewardConfig):
     )
     logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
     save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N optimizer steps."})
+
+
+@dataclass
+class PPOTrainingConfig(_RunDefaults, PPOConfig):
+    """TRL's `PPOConfig` with this package's defaults, plus adaptive KL and the value model's source.
+
+    One PPO batch (optimizer update round) takes `per_device_train_batch_size x gradient_accumulation_steps x
+    processes` prompts, one completion each, and runs `num_ppo_epochs` passes over them.
+    """
+
+    output_dir: str = field(
+        default="./ppo_training_output",
+        metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest, the policy and value model go."},
+    )
+    reward_model_path: str = field(
+        default="./reward_model_output",
+        metadata={
+            "help": "Sequence-classification reward model (num_labels=1) sharing the policy's tokenizer (PPO feeds it "
+            "the policy's token ids). Make one with `python train_reward_model.py`."
+        },
+    )
+    value_model_path: str | None = field(
+        default=None, metadata={"help": "Where the value model starts from (default: the reward model)."}
+    )
+    sft_model_path: str = field(default="", metadata={"help": "Not used: the policy is --model_name_or_path."})
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow models and tokenizers that ship their own Python code (off: safer)."}
+    )
+    per_device_train_batch_size: int = field(default=4, metadata={"help": "Prompts per PPO batch on one device."})
+    num_ppo_epochs: int = field(default=4, metadata={"help": "Optimization passes over each batch of rollouts."})
+    kl_coef: float = field(default=0.05, metadata={"help": "(Initial) KL penalty coefficient."})
+    target_kl: float | None = field(
+        default=None,
+        metadata={
+            "help": "Adaptive KL: adjust kl_coef so that objective/kl (summed over a completion's tokens) stays near "
+            "this value. None keeps kl_coef fixed."
+        },
+    )
+    kl_horizon: int = field(
+        default=10_000, metadata={"help": "Adaptive KL horizon in episodes: larger adapts more slowly."}
+    )
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy ratio."})
+    learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    max_completion_length: int = field(
+        default=256, metadata={"help": "Most tokens generated per completion (TRL's --response_length)."}
+    )
+    response_length: int | None = field(default=None, metadata={"help": "Alias of --max_completion_length."})
+    stop_token: str | None = field(default="eos", metadata={"help": "Completions end at the EOS token."})
+    missing_eos_penalty: float | None = field(
+        default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before EOS."}
+    )
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (unless total_episodes)."})
+    num_sample_generations: int = field(
+        default=0, metadata={"help": "Print sample completions this many times during training (0: never)."}
+    )
+    logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
+    save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})
+
+    def __post_init__(self):
+        if self.response_length not in (None, self.max_completion_length):
+            self.max_completion_length = self.response_length
+        self.response_length = self.max_completion_length
+        if self.target_kl is not None and self.target_kl <= 0:
+            raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
+        if self.kl_coef < 0:
+            raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}.")
+        super().__post_init__()
 
 
 def _cuda_supports_bf16() -> bool:

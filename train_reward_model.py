@@ -20,7 +20,7 @@ from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
 from rlhf.guard import guarded_train
 from rlhf.models import check_model_source, load_tokenizer, lora_config, torch_dtype
-from rlhf.reward import pairwise_accuracy, score_conversations
+from rlhf.reward import ensure_distinct_pad, pairwise_accuracy, score_conversations, tokenize_pairs
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
 
 ACCURACY_FILE = "reward_accuracy.json"
@@ -37,6 +37,7 @@ def main(model_args, data_args, training_args):
     # Dataset: chosen / rejected conversations, and a held-out split for pairwise accuracy
     ################
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code, padding_side="right")
+    ensure_distinct_pad(tokenizer)  # the score is read at the final EOS, so EOS must not count as padding
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
     pairs, schema = build_preference_dataset(rows)
     held_out = None
@@ -52,7 +53,7 @@ def main(model_args, data_args, training_args):
     trainer = RewardTrainer(
         model=model_args.model_name_or_path,
         args=training_args,
-        train_dataset=pairs,
+        train_dataset=tokenize_pairs(pairs, tokenizer),
         processing_class=tokenizer,
         peft_config=lora_config(model_args, task_type="SEQ_CLS"),
     )

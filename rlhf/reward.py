@@ -1,4 +1,10 @@
-"""The frozen reward model: loading, scoring conversations, pairwise accuracy, non-finite checks."""
+"""The frozen reward model: loading, scoring conversations, pairwise accuracy, non-finite checks.
+
+Where the score is read: a sequence classifier scores at the last token that is not padding. Every script
+(reward training, GRPO, PPO, evaluation) renders a conversation with the chat template and ends it at the final
+end-of-turn token (EOS), so the score is read exactly there. That needs a pad token distinct from EOS: tokenizers
+that pad with EOS (SmolLM2's do) get `<|endoftext|>` or their unknown token as pad instead.
+"""
 
 import math
 
@@ -6,13 +12,46 @@ from rlhf.cli import UserError
 from rlhf.models import check_model_source, first_line, torch_dtype
 
 REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
+PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
+
+
+def ensure_distinct_pad(tokenizer):
+    """Make the pad token differ from EOS (and BOS), so that EOS is never mistaken for padding. Returns tokenizer."""
+    special = {tokenizer.eos_token_id, tokenizer.bos_token_id}
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id not in special:
+        return tokenizer
+    vocab = tokenizer.get_vocab()
+    for token in (tokenizer.unk_token, *PAD_CANDIDATES):
+        if token is not None and token in vocab and vocab[token] not in special:
+            tokenizer.pad_token = token
+            return tokenizer
+    raise UserError(
+        f"tokenizer {tokenizer.name_or_path} pads with its EOS token and has no other token to pad with "
+        f"(tried {', '.join(PAD_CANDIDATES)}); add a pad token to it"
+    )
+
+
+def render_for_reward(tokenizer, messages):
+    """The text a reward model scores: the chat template of the conversation, ending at its final end-of-turn token."""
+    return tokenizer.apply_chat_template(messages, tokenize=False).rstrip()
+
+
+def tokenize_pairs(pairs, tokenizer):
+    """`chosen_ids`/`rejected_ids` for TRL's RewardTrainer, tokenized exactly as `score_conversations` scores."""
+
+    def ids(messages):
+        return tokenizer(render_for_reward(tokenizer, messages), add_special_tokens=False)["input_ids"]
+
+    return pairs.map(
+        lambda pair: {"chosen_ids": ids(pair["chosen"]), "rejected_ids": ids(pair["rejected"])}, desc="Tokenizing pairs"
+    )
 
 
 def load_reward_model(path, dtype="float32", trust_remote_code=False):
     """Load a frozen sequence-classification reward model and its own tokenizer.
 
-    The model is put in eval mode with gradients off. Its `pad_token_id` is set from its tokenizer, because
-    sequence classifiers read the score at the last token that is not padding.
+    The model is put in eval mode with gradients off. Its `pad_token_id` is set from its tokenizer (made distinct
+    from EOS), because sequence classifiers read the score at the last token that is not padding.
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -27,9 +66,7 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
             f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
             f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
         )
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = ensure_distinct_pad(AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code))
     model = AutoModelForSequenceClassification.from_pretrained(
         path, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code
     )
@@ -41,12 +78,12 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
 def score_conversations(model, tokenizer, conversations, batch_size=16):
     """Reward of each conversation (a list of messages ending with the assistant's answer).
 
-    Rendered exactly as TRL's GRPOTrainer renders prompt + completion for a reward model: the chat template
-    of the reward model's own tokenizer, no special tokens added, right padding.
+    Rendered with the reward model's own tokenizer and chat template (`render_for_reward`), no special tokens
+    added, right padding: the score is read at the final end-of-turn token.
     """
     import torch
 
-    texts = [tokenizer.apply_chat_template(messages, tokenize=False) for messages in conversations]
+    texts = [render_for_reward(tokenizer, messages) for messages in conversations]
     device = next(model.parameters()).device
     scores = []
     was_training = model.training

@@ -6,5 +6,9 @@ Moving to another TRL release should be a change to this file alone.
 
 from trl import GRPOConfig, GRPOTrainer, RewardConfig, RewardTrainer, TrlParser
 from trl.data_utils import is_conversational
+from trl.experimental.ppo import PPOConfig, PPOTrainer
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "RewardConfig", "RewardTrainer", "TrlParser", "is_conversational"]
+__all__ = [
+    "GRPOConfig", "GRPOTrainer", "PPOConfig", "PPOTrainer", "RewardConfig", "RewardTrainer", "TrlParser",
+    "is_conversational",
+]

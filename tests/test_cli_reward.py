@@ -36,7 +36,7 @@ def test_reward_model_trains_on_each_schema_and_is_ready_for_the_rl_scripts(tiny
     model = AutoModelForSequenceClassification.from_pretrained(out)
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert model.config.num_labels == 1
-    assert model.config.pad_token_id == tokenizer.pad_token_id is not None
+    assert model.config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
     assert tokenizer.chat_template is not None
     report = json.loads((out / "reward_accuracy.json").read_text())
     assert report["num_pairs"] == 6 and 0.0 <= report["accuracy"] <= 1.0

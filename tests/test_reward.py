@@ -32,3 +32,26 @@ def test_a_causal_lm_is_not_accepted_as_reward_model(tmp_path):
     path = tiny.build_policy(tmp_path / "policy", tiny.build_tokenizer())
     with pytest.raises(UserError, match="num_labels=1"):
         load_reward_model(str(path))
+
+
+def test_reward_is_read_at_the_final_end_of_turn_token(tmp_path):
+    import torch
+
+    from rlhf.reward import ensure_distinct_pad, render_for_reward
+
+    tokenizer = tiny.build_tokenizer()
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id  # like SmolLM2
+    ensure_distinct_pad(tokenizer)
+    assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.pad_token_id != tokenizer.eos_token_id
+
+    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."}]
+    text = render_for_reward(tokenizer, conversation)
+    assert text.endswith("Hello there.<|im_end|>")
+
+    model, reward_tokenizer = load_reward_model(str(tiny.build_reward_model(tmp_path / "rm", tiny.build_tokenizer())))
+    assert model.config.pad_token_id == reward_tokenizer.pad_token_id != reward_tokenizer.eos_token_id
+    ids = reward_tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    assert ids[0, -1].item() == reward_tokenizer.eos_token_id
+    with torch.inference_mode():
+        per_token = model.score(model.model(input_ids=ids).last_hidden_state)[0, :, 0]
+    assert score_conversations(model, reward_tokenizer, [conversation])[0] == pytest.approx(per_token[-1].item(), abs=1e-5)

@@ -1,0 +1,99 @@
+"""`train_ppo.py` run end to end as a subprocess on tiny local models."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run_script
+from test_cli_grpo import assert_ok, scalars
+from test_interruption import wait_for
+
+SMALL = ["--max_completion_length", "8", "--per_device_train_batch_size", "2", "--num_ppo_epochs", "1",
+         "--save_steps", "2", "--seed", "0"]
+
+
+def ppo_args(models, output_dir, *extra, reward_model=None):
+    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
+            "--dataset_name", models["prompts"], "--output_dir", output_dir, *SMALL, *extra]
+
+
+def test_adaptive_kl_moves_toward_the_target():
+    from rlhf.ppo import adaptive_kl_coef
+
+    assert adaptive_kl_coef(0.1, kl=12.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 1.02)
+    assert adaptive_kl_coef(0.1, kl=3.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 0.98)
+    assert adaptive_kl_coef(0.1, kl=6.6, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 1.01)
+    assert adaptive_kl_coef(0.1, kl=6.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1)
+
+
+def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    out = tmp_path / "ppo"
+    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8")))
+    logged = scalars(out)
+    assert [step for step, _ in logged["train/objective/kl"]] == [1, 2, 3, 4]
+    for tag in ("train/objective/scores", "train/loss/policy_avg", "train/loss/value_avg", "train/objective/kl_coef"):
+        assert tag in logged
+    assert all(value == pytest.approx(0.05) for _, value in logged["train/objective/kl_coef"])  # fixed without target
+    AutoModelForCausalLM.from_pretrained(out)
+    assert AutoModelForSequenceClassification.from_pretrained(out / "value_model").config.num_labels == 1
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert (manifest["global_step"], manifest["episode"]) == (4, 8)
+
+
+def test_lora_run_uses_the_adapter_disabled_policy_as_reference(tiny_models, tmp_path):
+    out = tmp_path / "ppo_lora"
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--use_lora"))
+    assert_ok(result)
+    assert (out / "adapter_config.json").exists() and (out / "value_model" / "config.json").exists()
+    assert "train/objective/kl" in scalars(out)
+
+
+def test_target_kl_moves_the_logged_coefficient(tiny_models, tmp_path):
+    out = tmp_path / "ppo_kl"
+    # The tiny policy's KL stays near 0, far below the target, so the coefficient must shrink every batch.
+    args = ppo_args(tiny_models, out, "--total_episodes", "8", "--target_kl", "6", "--kl_horizon", "10")
+    assert_ok(run_script("train_ppo.py", *args))
+    coefs = [value for _, value in sorted(scalars(out)["train/objective/kl_coef"])]
+    assert coefs[0] == pytest.approx(0.05)
+    assert all(later < earlier for earlier, later in zip(coefs, coefs[1:]))
+
+
+def test_reward_model_with_another_tokenizer_is_refused_before_model_work(tiny_models, tmp_path):
+    args = ppo_args(tiny_models, tmp_path / "out", reward_model=tiny_models["other_reward_model"])
+    result = run_script("train_ppo.py", *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1
+    assert str(tiny_models["other_reward_model"]) in error[0] and str(tiny_models["policy"]) in error[0]
+    assert "train_grpo.py" in error[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models, tmp_path):
+    out = tmp_path / "ppo_resume"
+    args = ppo_args(tiny_models, out, "--total_episodes", "40", "--target_kl", "6", "--kl_horizon", "10")
+    process = subprocess.Popen([sys.executable, str(ROOT / "train_ppo.py"), *map(str, args)], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(out / "checkpoint-2" / "trainer_state.json", process)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    stopped_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    assert 2 <= stopped_at < 20
+    kl_coef_at_stop = json.loads((out / f"checkpoint-{stopped_at}" / "ppo_state.json").read_text())["kl_coef"]
+
+    result = run_script("train_ppo.py", *args)
+    assert_ok(result)
+    assert f"Resuming from {out / f'checkpoint-{stopped_at}'}" in result.stdout
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert (manifest["global_step"], manifest["episode"]) == (20, 40)  # 40 episodes / 2 prompts per batch
+    logged = scalars(out)
+    steps = sorted(step for step, _ in logged["train/objective/kl"])
+    assert steps[-1] == 20 and len(set(steps)) == 20  # every step logged once across both launches
+    resumed = dict(logged["train/objective/kl_coef"])[stopped_at + 1]
+    assert resumed == pytest.approx(kl_coef_at_stop)  # the adaptive coefficient carried over

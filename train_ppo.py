@@ -1,0 +1,109 @@
+"""Align a causal LM to a frozen reward model with PPO (TRL 1.12's experimental PPOTrainer).
+
+Four models: the policy (trained), a frozen reference (KL penalty), the frozen reward model and a value model
+(trained, starting from the reward model). With LoRA the reference is the policy with its adapter disabled.
+
+Usage:
+
+    python train_ppo.py                                   # SmolLM2-135M-SFT-Only on the first 10k ORCA prompts
+    python train_ppo.py --use-lora
+    python train_ppo.py --target_kl 6                      # adaptive KL coefficient instead of a fixed one
+    python train_ppo.py --config my_ppo.yaml --total_episodes 2000
+
+The reward model must share the policy's tokenizer: PPO feeds it the policy's token ids (GRPO has no such limit).
+Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one.
+"""
+
+import logging
+
+from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
+from rlhf.cli import exit_on_user_error, parse_args
+from rlhf.data import build_prompt_dataset, load_rows
+from rlhf.guard import guarded_train
+from rlhf.models import check_model_source, load_tokenizer, lora_config, torch_dtype
+from rlhf.ppo import VALUE_MODEL_DIR, AdaptiveKLCallback, ResumablePPOTrainer, check_same_tokenizer
+from rlhf.reward import REWARD_HINT, ensure_distinct_pad, load_reward_model
+from rlhf.run import mark_finished, prepare_output_dir, write_manifest
+
+
+def main(model_args, data_args, training_args):
+    # Checks that cost nothing come before any weights are loaded or any folder is created.
+    policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_path
+    value_path = training_args.value_model_path or reward_path
+    check_model_source(policy_path, "model", "--model_name_or_path")
+    check_model_source(reward_path, "reward model", "--reward_model_path", REWARD_HINT)
+    check_model_source(value_path, "value model", "--value_model_path")
+    dtype = torch_dtype(model_args.dtype)
+    tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
+    check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path")
+    check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path")
+    resume_from = prepare_output_dir(training_args.output_dir)
+
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, set_seed
+
+    set_seed(training_args.seed)
+    # TRL's PPO masks every pad-id token, so a pad equal to EOS would hide the prompt's end-of-turn tokens.
+    ensure_distinct_pad(tokenizer)
+
+    ################
+    # Dataset: chat-templated prompts, tokenized
+    ################
+    rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
+    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length)
+    train_dataset = prompts.map(
+        lambda row: tokenizer(
+            tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
+        ),
+        remove_columns=prompts.column_names,
+        desc="Tokenizing prompts",
+    )
+
+    ################
+    # Models (from the checkpoint when resuming)
+    ################
+    full_resume = resume_from and not model_args.use_lora
+    policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else policy_path, dtype=dtype)
+    ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(policy_path, dtype=dtype)
+    reward_model, _ = load_reward_model(reward_path, model_args.dtype, training_args.trust_remote_code)
+    value_source = resume_from / VALUE_MODEL_DIR if resume_from else value_path
+    value_model = AutoModelForSequenceClassification.from_pretrained(value_source, num_labels=1, dtype=dtype)
+    for model in (reward_model, value_model):
+        model.config.pad_token_id = tokenizer.pad_token_id
+
+    ################
+    # Training
+    ################
+    write_manifest(training_args.output_dir, "train_ppo.py", (model_args, data_args, training_args), resume_from)
+    trainer = ResumablePPOTrainer(
+        args=training_args,
+        processing_class=tokenizer,
+        model=policy,
+        ref_model=ref_policy,
+        reward_model=reward_model,
+        value_model=value_model,
+        train_dataset=train_dataset,
+        eval_dataset=train_dataset.select(range(min(8, len(train_dataset)))),
+        peft_config=lora_config(model_args),
+    )
+    # First in line, so that the TensorBoard callback sees the objective/kl_coef it adds to the logs.
+    trainer.callback_handler.callbacks.insert(0, AdaptiveKLCallback(training_args.target_kl, training_args.kl_horizon))
+    if resume_from:
+        trainer.resume(resume_from, load_adapter=model_args.use_lora)
+    guarded_train(trainer, training_args.output_dir, resume_from, train=trainer.train)
+
+    trainer.save_model(training_args.output_dir)  # the policy (the adapter with LoRA)
+    trainer.save_value_model(f"{training_args.output_dir}/{VALUE_MODEL_DIR}")
+    tokenizer.save_pretrained(training_args.output_dir)
+    mark_finished(training_args.output_dir, global_step=trainer.state.global_step, episode=trainer.state.episode)
+    print(f"Saved the final policy to {training_args.output_dir} and the value model to {VALUE_MODEL_DIR}/ in it.")
+
+
+@exit_on_user_error
+def cli(args=None):
+    main(*parse_args((ModelArguments, PromptDataArguments, PPOTrainingConfig), args, __doc__))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    cli()
