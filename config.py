@@ -117,6 +117,10 @@ class _RunDefaults:
     def __post_init__(self):
         if self.bf16 is None:
             self.bf16 = _cuda_supports_bf16() and not self.use_cpu
+        if self.learning_rate <= 0:
+            raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
+        if getattr(self, "temperature", 1.0) <= 0:
+            raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
         super().__post_init__()
 
 

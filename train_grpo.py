@@ -17,7 +17,7 @@ import logging
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.models import check_model_source, load_tokenizer, lora_config, torch_dtype
+from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, RewardModelScorer, load_reward_model
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
@@ -32,7 +32,7 @@ def main(model_args, data_args, reward_args, training_args):
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
-    training_args.model_init_kwargs = {"dtype": torch_dtype(model_args.dtype)}
+    training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code)
     resume_from = prepare_output_dir(training_args.output_dir)
 
     from transformers import set_seed

@@ -19,7 +19,7 @@ from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
 from rlhf.guard import guarded_train
-from rlhf.models import check_model_source, load_tokenizer, lora_config, torch_dtype
+from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config
 from rlhf.reward import ensure_distinct_pad, pairwise_accuracy, score_conversations, tokenize_pairs
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
 
@@ -28,7 +28,7 @@ ACCURACY_FILE = "reward_accuracy.json"
 
 def main(model_args, data_args, training_args):
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
-    training_args.model_init_kwargs = {"dtype": torch_dtype(model_args.dtype)}
+    training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code)
     resume_from = prepare_output_dir(training_args.output_dir)
 
     from rlhf.trl_compat import RewardTrainer

@@ -63,6 +63,11 @@ def lora_config(model_args, task_type="CAUSAL_LM"):
     )
 
 
+def load_kwargs(dtype, trust_remote_code=False):
+    """Keyword arguments for every `from_pretrained` of weights: safetensors only, no remote code unless asked."""
+    return {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
+
+
 def torch_dtype(name):
     import torch
 

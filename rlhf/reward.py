@@ -9,7 +9,7 @@ that pad with EOS (SmolLM2's do) get `<|endoftext|>` or their unknown token as p
 import math
 
 from rlhf.cli import UserError
-from rlhf.models import check_model_source, first_line, torch_dtype
+from rlhf.models import check_model_source, first_line, load_kwargs
 
 REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
 PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
@@ -67,9 +67,7 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
             f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
         )
     tokenizer = ensure_distinct_pad(AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code))
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path, dtype=torch_dtype(dtype), trust_remote_code=trust_remote_code
-    )
+    model = AutoModelForSequenceClassification.from_pretrained(path, **load_kwargs(dtype, trust_remote_code))
     model.config.pad_token_id = tokenizer.pad_token_id
     model.eval().requires_grad_(False)
     return model, tokenizer

@@ -95,6 +95,9 @@ def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_mo
     interrupted.mkdir()
     (interrupted / "my_notes.txt").write_text("keep me")
     shutil.copytree(full / "checkpoint-2", interrupted / "checkpoint-2")
+    # ... and a newer checkpoint cut short by a hard kill while it was written: no trainer_state.json yet.
+    (interrupted / "checkpoint-3").mkdir()
+    shutil.copy(full / "checkpoint-4" / "model.safetensors", interrupted / "checkpoint-3")
     result = run_script("train_grpo.py", *grpo_args(tiny_models, interrupted, "--max_steps", "4"))
     assert_ok(result)
     assert "Resuming from" in result.stdout and "checkpoint-2" in result.stdout
@@ -127,6 +130,12 @@ def test_user_errors_end_in_one_line_and_exit_code_2(tiny_models, tmp_path, chan
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error_lines) == 1 and message in error_lines[0]
     assert not (tmp_path / "run" / "run_manifest.json").exists()
+
+
+def test_a_causal_lm_given_as_reward_model_is_refused(tiny_models, tmp_path):
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", reward_model=tiny_models["policy"]))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "num_labels=1" in result.stderr.splitlines()[-1]
 
 
 def test_dataset_without_known_columns_is_refused(tiny_models, tmp_path):

@@ -75,3 +75,29 @@ def test_yaml_and_flag_typos_name_the_key_and_a_fix(tmp_path):
         parse("--config", str(config))
     with pytest.raises(UserError, match="unknown flag --max-step .*max_steps"):
         parse("--max-step", "3")
+
+
+def test_out_of_range_values_are_refused_in_one_line():
+    with pytest.raises(UserError, match="--learning_rate must be > 0"):
+        parse("--learning_rate", "0")
+    with pytest.raises(UserError, match="--temperature must be > 0"):
+        parse("--temperature", "-1")
+    with pytest.raises(UserError, match="--beta must be >= 0"):
+        parse("--beta", "-0.1")
+    with pytest.raises(UserError, match="at least 2 generations"):
+        parse("--num_generations", "1", "--prompts_per_step", "0")
+
+
+def test_ppo_config_defaults_and_checks():
+    from config import PPOTrainingConfig
+
+    ppo_types = (ModelArguments, PromptDataArguments, PPOTrainingConfig)
+    *_, ppo = parse_args(ppo_types, [])
+    assert (ppo.per_device_train_batch_size, ppo.num_ppo_epochs, ppo.kl_coef) == (4, 4, 0.05)
+    assert (ppo.gamma, ppo.lam, ppo.cliprange, ppo.learning_rate, ppo.temperature) == (1.0, 0.95, 0.2, 5e-6, 0.7)
+    assert ppo.response_length == ppo.max_completion_length == 256
+    assert ppo.output_dir == "./ppo_training_output" and ppo.reward_model_path == "./reward_model_output"
+    assert ppo.stop_token == "eos" and ppo.missing_eos_penalty == 1.0 and ppo.target_kl is None
+    assert parse_args(ppo_types, ["--response_length", "64"])[-1].max_completion_length == 64
+    with pytest.raises(UserError, match="--target_kl must be > 0"):
+        parse_args(ppo_types, ["--target_kl", "0"])
