@@ -283,6 +283,46 @@ class PPOTrainingConfig(_RunDefaults, PPOConfig):
         super().__post_init__()
 
 
+@dataclass
+class EvalArguments:
+    """What evaluate_generations.py compares, on which prompts, and how it samples."""
+
+    model_path: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "One or more models (folders or Hub ids; LoRA adapter folders load onto their base). The first "
+            "is the baseline the others are compared with."
+        },
+    )
+    reward_model_path: str = field(default="./reward_model_output", metadata={"help": "Reward model that scores."})
+    dataset_name: str = field(default="Intel/orca_dpo_pairs", metadata={"help": "Where the prompts come from."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to read."})
+    train_samples: int = field(
+        default=10_000,
+        metadata={
+            "help": "Rows at the start of the split that training used (its --max_samples); prompts are drawn from "
+            "the rows after them, so evaluation never sees a training prompt. 0: draw from all rows."
+        },
+    )
+    num_prompts: int = field(default=20, metadata={"help": "Prompts drawn (seeded) from the held-out rows."})
+    num_completions: int = field(default=4, metadata={"help": "Completions sampled per prompt and model."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
+    seed: int = field(default=42, metadata={"help": "Seed of the prompt draw and of sampling (same for all models)."})
+    batch_size: int = field(default=16, metadata={"help": "Sequences generated or scored per batch."})
+    max_prompt_length: int = field(default=512, metadata={"help": "Longer prompts are left out before the draw."})
+    dtype: str = field(default="float32", metadata={"help": "Dtype the models load in."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow models that ship their own code."})
+    output_file: str = field(default="evaluation_results.json", metadata={"help": "Where the JSON report goes."})
+
+    def __post_init__(self):
+        if self.num_prompts < 1 or self.num_completions < 1 or self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ValueError("--num_prompts, --num_completions, --max_new_tokens and --batch_size must be >= 1.")
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
+
+
 def _cuda_supports_bf16() -> bool:
     import torch
 

@@ -44,6 +44,32 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
     return tokenizer
 
 
+def adapter_base(path):
+    """The base model of a LoRA adapter folder, or None if `path` is not one."""
+    config = Path(path) / "adapter_config.json"
+    if not config.is_file():
+        return None
+    import json
+
+    return json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+
+
+def load_causal_lm(path, dtype="float32", trust_remote_code=False):
+    """A causal LM and its tokenizer (left padding); a LoRA adapter folder is loaded onto its base and merged."""
+    from transformers import AutoModelForCausalLM
+
+    base = adapter_base(path)
+    if base is None:
+        model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dtype, trust_remote_code))
+    else:
+        from peft import AutoPeftModelForCausalLM
+
+        check_model_source(base, "base model of the adapter", f"base_model_name_or_path in {path}/adapter_config.json")
+        model = AutoPeftModelForCausalLM.from_pretrained(path, **load_kwargs(dtype, trust_remote_code)).merge_and_unload()
+    has_tokenizer = (Path(path) / "tokenizer_config.json").is_file() or not Path(path).is_dir()
+    return model, load_tokenizer(path if has_tokenizer else base, trust_remote_code)
+
+
 def lora_config(model_args, task_type="CAUSAL_LM"):
     """A PEFT `LoraConfig` from the LoRA flags, or None when LoRA is off.
 

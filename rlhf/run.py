@@ -102,7 +102,7 @@ def write_manifest(output_dir, script, configs, resumed_from=None):
     manifest = {
         "script": script,
         "config": {type(c).__name__: _jsonable(c) for c in configs},
-        "versions": {"python": platform.python_version(), **{lib: _version(lib) for lib in LIBRARIES}},
+        "versions": versions(),
         "git_commit": _git_commit(),
         "launches": launches,
         "finished_at": None,
@@ -131,11 +131,15 @@ def _jsonable(config):
     return dataclasses.asdict(config)
 
 
-def _version(library):
-    try:
-        return metadata.version(library)
-    except metadata.PackageNotFoundError:
-        return None
+def versions(libraries=LIBRARIES):
+    """Versions of Python and of the libraries that decide what training does."""
+    found = {"python": platform.python_version()}
+    for library in libraries:
+        try:
+            found[library] = metadata.version(library)
+        except metadata.PackageNotFoundError:
+            found[library] = None
+    return found
 
 
 def _git_commit():

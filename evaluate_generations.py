@@ -1,0 +1,127 @@
+"""Sample completions from one or more models, score them with the reward model, rank and compare them.
+
+Usage:
+
+    python evaluate_generations.py --model-path ./ppo_training_output
+    python evaluate_generations.py --model_path HuggingFaceTB/smollm2-135M-SFT-Only ./grpo_training_output \
+        ./ppo_training_output --num_prompts 50 --output_file comparison.json
+
+The first model is the baseline: every other model gets the same prompts and sampling seed, and its win rate
+against the baseline under the reward model (ties count half) is reported with a 95% bootstrap interval.
+Prompts are drawn from the rows after the first `--train_samples` (the rows training used), so they are
+held out by default. See the README for the JSON layout.
+"""
+
+import json
+import logging
+import random
+from pathlib import Path
+
+from config import EvalArguments
+from rlhf.cli import UserError, exit_on_user_error, parse_args
+from rlhf.data import build_prompt_dataset, load_rows
+from rlhf.evaluation import compare, generate, rank_labels, summarize
+from rlhf.models import adapter_base, check_model_source, load_causal_lm, load_tokenizer
+from rlhf.reward import REWARD_HINT, load_reward_model, score_conversations
+from rlhf.run import versions
+
+
+def main(args):
+    if not args.model_path:
+        raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
+    for path in args.model_path:
+        check_model_source(path, "model", "--model_path")
+    check_model_source(args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+
+    import torch
+    from tqdm.auto import tqdm
+
+    ################
+    # Held-out prompts, the same for every model
+    ################
+    baseline = args.model_path[0]
+    tokenizer = load_tokenizer(adapter_base(baseline) or baseline, args.trust_remote_code)
+    rows = load_rows(args.dataset_name, args.dataset_split)
+    if len(rows) <= args.train_samples:
+        raise UserError(
+            f"dataset {args.dataset_name} has {len(rows)} rows, all within the first --train_samples "
+            f"{args.train_samples} that training used; pass the --max_samples you trained with as --train_samples"
+        )
+    held_out = rows.select(range(args.train_samples, len(rows)))
+    prompts, _, _ = build_prompt_dataset(held_out, tokenizer, args.max_prompt_length)
+    picked = sorted(random.Random(args.seed).sample(range(len(prompts)), min(args.num_prompts, len(prompts))))
+    prompts = [prompts[i]["prompt"] for i in picked]
+
+    ################
+    # Generate and score, one model at a time
+    ################
+    reward_model, reward_tokenizer = load_reward_model(args.reward_model_path, args.dtype, args.trust_remote_code)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    reward_model.to(device)
+    results = []
+    for path in args.model_path:
+        model, model_tokenizer = load_causal_lm(path, args.dtype, args.trust_remote_code)
+        model.to(device)
+        with tqdm(total=len(prompts) * args.num_completions, desc=f"Generating with {path}") as progress:
+            completions = generate(model, model_tokenizer, prompts, args.num_completions, args.max_new_tokens,
+                                   args.temperature, args.top_p, args.batch_size, args.seed, progress)
+        del model
+        flat = [(prompt, c) for prompt, cs in zip(prompts, completions) for c in cs]
+        rewards = score_conversations(
+            reward_model, reward_tokenizer,
+            [prompt + [{"role": "assistant", "content": c["text"]}] for prompt, c in flat], args.batch_size,
+        )
+        for (_, completion), reward in zip(flat, rewards):
+            completion["reward"] = reward
+        for cs in completions:
+            for completion, rank in zip(cs, rank_labels([c["reward"] for c in cs])):
+                completion["rank"] = rank
+        results.append({
+            "model_path": path,
+            "summary": summarize([c for cs in completions for c in cs]),
+            "prompts": [{"prompt": p, "completions": cs} for p, cs in zip(prompts, completions)],
+        })
+
+    ################
+    # Compare with the baseline, report
+    ################
+    def rewards_per_prompt(result):
+        return [[c["reward"] for c in p["completions"]] for p in result["prompts"]]
+
+    comparison = [
+        {"model_path": r["model_path"], "baseline": baseline,
+         **compare(rewards_per_prompt(r), rewards_per_prompt(results[0]), seed=args.seed)}
+        for r in results[1:]
+    ]
+    report = {
+        "config": {**vars(args), "prompt_rows": [args.train_samples + i for i in picked],
+                   "versions": versions()},
+        "models": results,
+        "comparison": comparison,
+    }
+    Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output_file).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print_table(results, comparison)
+    print(f"Wrote {args.output_file}")
+
+
+def print_table(results, comparison):
+    wins = {c["model_path"]: c for c in comparison}
+    print(f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  win rate vs baseline")
+    for r in results:
+        s, c = r["summary"], wins.get(r["model_path"])
+        corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
+        win = "(baseline)" if c is None else (
+            f"{c['win_rate']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}]  Δreward {c['mean_reward_delta']:+.3f}")
+        print(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
+              f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
+
+
+@exit_on_user_error
+def cli(args=None):
+    main(*parse_args((EvalArguments,), args, __doc__))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    cli()
