@@ -71,6 +71,13 @@ class PromptDataArguments(DataArguments):
         default=512,
         metadata={"help": "Prompts longer than this many tokens (after the chat template) are dropped and counted."},
     )
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "System message for rows that have none, e.g. 'Put your final answer within \\boxed{}.' for "
+            "math data scored with boxed_answer."
+        },
+    )
 
 
 @dataclass
@@ -88,7 +95,7 @@ class PreferenceDataArguments(DataArguments):
 
 @dataclass
 class RewardArguments:
-    """The frozen reward model that scores completions."""
+    """What scores completions: the frozen reward model, rule-based rewards, your own functions."""
 
     reward_model_path: str = field(
         default="./reward_model_output",
@@ -97,6 +104,22 @@ class RewardArguments:
             "It scores with its own tokenizer and chat template. Make one with `python train_reward_model.py`."
         },
     )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["reward_model"],
+        metadata={
+            "help": "Reward functions, summed with --reward_weights: reward_model, boxed_answer (math verifier on "
+            "\\boxed{} answers vs the ground_truth column), boxed_format, or module.function (TRL's signature)."
+        },
+    )
+    boxed_correct_reward: float = field(default=1.0, metadata={"help": "boxed_answer: reward of a correct answer."})
+    boxed_wrong_reward: float = field(default=-1.0, metadata={"help": "boxed_answer: reward of a wrong answer."})
+    boxed_missing_reward: float = field(
+        default=-0.5, metadata={"help": "boxed_answer: reward when there is no \\boxed{} answer."}
+    )
+
+    @property
+    def boxed_rewards(self):
+        return self.boxed_correct_reward, self.boxed_wrong_reward, self.boxed_missing_reward
 
 
 @dataclass
@@ -294,7 +317,9 @@ class EvalArguments:
             "is the baseline the others are compared with."
         },
     )
-    reward_model_path: str = field(default="./reward_model_output", metadata={"help": "Reward model that scores."})
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."}
+    )
     dataset_name: str = field(default="Intel/orca_dpo_pairs", metadata={"help": "Where the prompts come from."})
     dataset_split: str = field(default="train", metadata={"help": "Split to read."})
     train_samples: int = field(
@@ -312,6 +337,7 @@ class EvalArguments:
     seed: int = field(default=42, metadata={"help": "Seed of the prompt draw and of sampling (same for all models)."})
     batch_size: int = field(default=16, metadata={"help": "Sequences generated or scored per batch."})
     max_prompt_length: int = field(default=512, metadata={"help": "Longer prompts are left out before the draw."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message for rows that have none."})
     dtype: str = field(default="float32", metadata={"help": "Dtype the models load in."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow models that ship their own code."})
     output_file: str = field(default="evaluation_results.json", metadata={"help": "Where the JSON report goes."})

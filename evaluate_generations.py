@@ -17,21 +17,26 @@ import logging
 import random
 from pathlib import Path
 
-from config import EvalArguments
+from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.evaluation import compare, generate, rank_labels, summarize
 from rlhf.models import adapter_base, check_model_source, load_causal_lm, load_tokenizer
-from rlhf.reward import REWARD_HINT, load_reward_model, score_conversations
+from rlhf.reward import REWARD_HINT, RewardModelScorer, load_reward_model
+from rlhf.reward_funcs import load_reward_funcs
 from rlhf.run import versions
 
 
-def main(args):
+def main(args, rewards):
     if not args.model_path:
         raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
     for path in args.model_path:
         check_model_source(path, "model", "--model_path")
-    check_model_source(args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+    if "reward_model" in rewards.reward_funcs:
+        check_model_source(rewards.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+    weights = args.reward_weights or [1.0] * len(rewards.reward_funcs)
+    if len(weights) != len(rewards.reward_funcs):
+        raise UserError(f"--reward_weights has {len(weights)} values for {len(rewards.reward_funcs)} --reward_funcs")
 
     import torch
     from tqdm.auto import tqdm
@@ -48,16 +53,22 @@ def main(args):
             f"{args.train_samples} that training used; pass the --max_samples you trained with as --train_samples"
         )
     held_out = rows.select(range(args.train_samples, len(rows)))
-    prompts, _, _ = build_prompt_dataset(held_out, tokenizer, args.max_prompt_length)
+    prompts, _, _ = build_prompt_dataset(held_out, tokenizer, args.max_prompt_length, args.system_prompt)
     picked = sorted(random.Random(args.seed).sample(range(len(prompts)), min(args.num_prompts, len(prompts))))
-    prompts = [prompts[i]["prompt"] for i in picked]
+    rows = [prompts[i] for i in picked]  # the prompt and every other column (e.g. ground_truth for boxed_answer)
+    prompts = [row["prompt"] for row in rows]
 
     ################
     # Generate and score, one model at a time
     ################
-    reward_model, reward_tokenizer = load_reward_model(args.reward_model_path, args.dtype, args.trust_remote_code)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    reward_model.to(device)
+
+    def reward_model_scorer():
+        path = rewards.reward_model_path
+        reward_model, reward_tokenizer = load_reward_model(path, args.dtype, args.trust_remote_code)
+        return RewardModelScorer(reward_model.to(device), reward_tokenizer, path, args.batch_size)
+
+    funcs = load_reward_funcs(rewards.reward_funcs, reward_model_scorer, rewards.boxed_rewards)
     results = []
     for path in args.model_path:
         model, model_tokenizer = load_causal_lm(path, args.dtype, args.trust_remote_code)
@@ -66,19 +77,17 @@ def main(args):
             completions = generate(model, model_tokenizer, prompts, args.num_completions, args.max_new_tokens,
                                    args.temperature, args.top_p, args.batch_size, args.seed, progress)
         del model
-        flat = [(prompt, c) for prompt, cs in zip(prompts, completions) for c in cs]
-        rewards = score_conversations(
-            reward_model, reward_tokenizer,
-            [prompt + [{"role": "assistant", "content": c["text"]}] for prompt, c in flat], args.batch_size,
-        )
-        for (_, completion), reward in zip(flat, rewards):
-            completion["reward"] = reward
+        score(funcs, weights, rows, completions)
         for cs in completions:
             for completion, rank in zip(cs, rank_labels([c["reward"] for c in cs])):
                 completion["rank"] = rank
+        summary = summarize([c for cs in completions for c in cs])
+        if "boxed_answer" in rewards.reward_funcs:  # share of completions the verifier rewarded as correct
+            verdicts = [c["rewards"]["boxed_answer"] == rewards.boxed_correct_reward for cs in completions for c in cs]
+            summary["verifier_accuracy"] = sum(verdicts) / len(verdicts)
         results.append({
             "model_path": path,
-            "summary": summarize([c for cs in completions for c in cs]),
+            "summary": summary,
             "prompts": [{"prompt": p, "completions": cs} for p, cs in zip(prompts, completions)],
         })
 
@@ -105,6 +114,18 @@ def main(args):
     print(f"Wrote {args.output_file}")
 
 
+def score(funcs, weights, rows, completions):
+    """Give every completion its `rewards` per function and their weighted sum `reward`."""
+    flat = [(row, c) for row, cs in zip(rows, completions) for c in cs]
+    columns = {key: [row[key] for row, _ in flat] for key in rows[0] if key != "prompt"}
+    prompts = [row["prompt"] for row, _ in flat]
+    messages = [[{"role": "assistant", "content": c["text"]}] for _, c in flat]
+    per_func = {func.__name__: func(prompts=prompts, completions=messages, **columns) for func in funcs}
+    for i, (_, completion) in enumerate(flat):
+        completion["rewards"] = {name: values[i] for name, values in per_func.items()}
+        completion["reward"] = sum(w * values[i] for w, values in zip(weights, per_func.values()))
+
+
 def print_table(results, comparison):
     wins = {c["model_path"]: c for c in comparison}
     print(f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  win rate vs baseline")
@@ -115,11 +136,14 @@ def print_table(results, comparison):
             f"{c['win_rate']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}]  Δreward {c['mean_reward_delta']:+.3f}")
         print(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
               f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
+    for r in results:
+        if "verifier_accuracy" in r["summary"]:
+            print(f"verifier accuracy of {r['model_path']}: {r['summary']['verifier_accuracy']:.1%}")
 
 
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((EvalArguments,), args, __doc__))
+    main(*parse_args((EvalArguments, RewardArguments), args, __doc__))
 
 
 if __name__ == "__main__":

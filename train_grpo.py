@@ -20,15 +20,21 @@ from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, RewardModelScorer, load_reward_model
+from rlhf.reward_funcs import load_reward_funcs
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
-
-logger = logging.getLogger("train_grpo")
 
 
 def main(model_args, data_args, reward_args, training_args):
     # Checks that cost nothing come before any weights are loaded or any folder is created.
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
-    check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+    if "reward_model" in reward_args.reward_funcs:
+        check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+    weights = training_args.reward_weights
+    if weights is not None and len(weights) != len(reward_args.reward_funcs):
+        raise UserError(
+            f"--reward_weights has {len(weights)} values for {len(reward_args.reward_funcs)} --reward_funcs "
+            f"({' '.join(reward_args.reward_funcs)}); give one weight per function"
+        )
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
@@ -46,14 +52,17 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code)
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
-    train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length)
+    train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
 
     ################
-    # Models
+    # Rewards (user functions are imported before the reward model loads)
     ################
-    reward_model, reward_tokenizer = load_reward_model(
-        reward_args.reward_model_path, model_args.dtype, training_args.trust_remote_code
-    )
+    def reward_model_scorer():
+        path = reward_args.reward_model_path
+        reward_model, reward_tokenizer = load_reward_model(path, model_args.dtype, training_args.trust_remote_code)
+        return RewardModelScorer(reward_model.to(training_args.device), reward_tokenizer, path)
+
+    reward_funcs = load_reward_funcs(reward_args.reward_funcs, reward_model_scorer, reward_args.boxed_rewards)
 
     ################
     # Training
@@ -61,10 +70,9 @@ def main(model_args, data_args, reward_args, training_args):
     write_manifest(
         training_args.output_dir, "train_grpo.py", (model_args, data_args, reward_args, training_args), resume_from
     )
-    reward_model.to(training_args.device)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
-        reward_funcs=[RewardModelScorer(reward_model, reward_tokenizer, reward_args.reward_model_path)],
+        reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,

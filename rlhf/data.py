@@ -4,6 +4,7 @@ Recognised schemas (by column names):
   orca          Intel/orca_dpo_pairs: `system`, `question`, `chosen`, `rejected` (strings)
   orca_messages HuggingFaceH4/orca_dpo_pairs: `prompt` plus `chosen`/`rejected` as lists of messages
   prompt        TRL's prompt-only format: `prompt` as a string or as a list of messages
+  question      question-only rows, e.g. math data with `question` + `ground_truth` (or a GSM8K `answer`)
 Every schema becomes a `prompt` column holding a conversation (system when non-empty, then user), so the
 model's chat template applies.
 """
@@ -16,7 +17,7 @@ from rlhf.cli import UserError
 logger = logging.getLogger(__name__)
 
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-SCHEMAS = ("orca", "orca_messages", "prompt")
+SCHEMAS = ("orca", "orca_messages", "prompt", "question")
 
 
 def load_rows(dataset_name, split="train", max_samples=None):
@@ -73,15 +74,17 @@ def detect_schema(columns):
         return "orca_messages"
     if "prompt" in columns:
         return "prompt"
+    if "question" in columns:
+        return "question"
     raise UserError(
         f"dataset columns {sorted(columns)} match no known schema; expected `system`+`question` (Intel ORCA), "
-        "`prompt`+`chosen`+`rejected` (H4 ORCA) or `prompt` (TRL prompt-only)"
+        "`prompt`+`chosen`+`rejected` (H4 ORCA), `prompt` (TRL prompt-only) or `question` (+ `ground_truth`)"
     )
 
 
 def to_conversation(row, schema):
     """Return the prompt of one row as a list of chat messages: system (when non-empty), then user."""
-    if schema == "orca":
+    if schema in ("orca", "question"):
         return _messages(row.get("system"), row["question"])
     if schema == "orca_messages" and isinstance(row["chosen"], list) and row["chosen"]:
         # The chosen conversation holds the prompt turns (system, user) followed by the preferred answer.
@@ -99,10 +102,21 @@ def _messages(system, user):
     return messages + [{"role": "user", "content": user}]
 
 
-def build_prompt_dataset(dataset, tokenizer, max_prompt_length):
-    """Map rows to a `prompt` column of conversations and drop prompts longer than `max_prompt_length` tokens."""
+def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=None):
+    """Map rows to a `prompt` column of conversations and drop prompts longer than `max_prompt_length` tokens.
+
+    `system_prompt`, when given, becomes the system message of rows that have none. The other columns stay (reward
+    functions receive them, e.g. `ground_truth`).
+    """
     schema = detect_schema(dataset.column_names)
-    dataset = dataset.map(lambda row: {"prompt": to_conversation(row, schema)}, desc="Formatting prompts")
+
+    def format_row(row):
+        messages = to_conversation(row, schema)
+        if system_prompt and messages[0]["role"] != "system":
+            messages = [{"role": "system", "content": system_prompt}] + messages
+        return {"prompt": messages}
+
+    dataset = dataset.map(format_row, desc="Formatting prompts")
 
     def fits(row):
         text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)

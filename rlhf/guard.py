@@ -13,6 +13,7 @@ import sys
 
 from transformers import TrainerCallback
 
+from rlhf.cli import USER_ERROR_EXIT_CODE, UserError
 from rlhf.reward import NonFiniteError
 from rlhf.run import last_checkpoint
 
@@ -86,13 +87,19 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
         else:
             trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     except TrainingInterrupted as stop:
+        _close_progress_bar(trainer)
         checkpoint = last_checkpoint(output_dir)
         print(
             f"\nStopped at step {stop.step}; checkpoint saved in {checkpoint}. Re-run the same command to resume.",
             flush=True,
         )
         sys.exit(INTERRUPTED_EXIT_CODE)
+    except UserError as error:  # e.g. a user's reward function that raised: one line, as before training
+        _close_progress_bar(trainer)
+        print(f"\nerror: {error}", file=sys.stderr)
+        sys.exit(USER_ERROR_EXIT_CODE)
     except NonFiniteError as error:
+        _close_progress_bar(trainer)
         checkpoint = last_checkpoint(output_dir)
         kept = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written"
         # The leading newline ends the progress bar's line, so the error starts a line of its own.
@@ -102,3 +109,12 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+def _close_progress_bar(trainer):
+    """Close the Trainer's progress bar now, so that it does not redraw itself after our last line."""
+    for callback in trainer.callback_handler.callbacks:
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+            callback.training_bar = None

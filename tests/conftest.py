@@ -23,10 +23,10 @@ def tiny_models(tmp_path_factory):
     return artifacts
 
 
-def run_script(script, *args, timeout=600):
-    """Run one of the package's scripts as a user would, from the repository root."""
+def run_script(script, *args, timeout=600, cwd=ROOT):
+    """Run one of the package's scripts as a user would (from the repository root unless `cwd` is given)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(
         [sys.executable, str(ROOT / script), *map(str, args)],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env,
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
     )

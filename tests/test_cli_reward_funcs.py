@@ -1,0 +1,84 @@
+"""GRPO and evaluation with rule-based, custom and mixed rewards, run as subprocesses on tiny models."""
+
+import json
+
+from conftest import run_script
+from rlhf import tiny
+from test_cli_grpo import assert_ok, grpo_args, scalars
+
+MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
+CUSTOM = '''
+def brevity(prompts, completions, **kwargs):
+    return [-len(c[-1]["content"]) / 100 for c in completions]
+
+
+def crashes(prompts, completions, ground_truth, **kwargs):
+    raise RuntimeError("no score for " + ground_truth[0])
+'''
+
+
+def math_args(tiny_models, tmp_path, *extra):
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
+    return grpo_args(tiny_models, tmp_path / "run", "--dataset_name", data, "--max_steps", "2",
+                     "--system_prompt", r"Put your final answer within \boxed{}.", *extra)
+
+
+def test_grpo_with_the_boxed_answer_verifier_on_question_ground_truth_data(tiny_models, tmp_path):
+    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer"))
+    assert_ok(result)
+    logged = scalars(tmp_path / "run")
+    # A random tiny model never writes \boxed{...}: every completion gets the "no answer" reward.
+    assert [value for _, value in logged["train/rewards/boxed_answer/mean"]] == [-0.5, -0.5]
+    assert "train/rewards/boxed_answer/std" in logged
+    assert "schema 'question'" in result.stderr
+
+
+def test_grpo_with_a_custom_function_by_import_path(tiny_models, tmp_path):
+    (tmp_path / "my_rewards.py").write_text(CUSTOM)
+    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.brevity"),
+                        cwd=tmp_path)
+    assert_ok(result)
+    assert all(value < 0 for _, value in scalars(tmp_path / "run")["train/rewards/my_rewards.brevity/mean"])
+
+
+def test_grpo_with_a_weighted_mix_of_reward_model_and_function(tiny_models, tmp_path):
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "reward_model", "boxed_format",
+                     "--reward_weights", "1.0", "0.5")
+    assert_ok(run_script("train_grpo.py", *args))
+    logged = scalars(tmp_path / "run")
+    model_mean = dict(logged["train/rewards/reward_model/mean"])
+    format_mean = dict(logged["train/rewards/boxed_format/mean"])
+    total = dict(logged["train/reward"])
+    for step in total:  # TRL's reward is the weighted sum of the functions
+        assert total[step] == __import__("pytest").approx(model_mean[step] + 0.5 * format_mean[step], abs=1e-5)
+
+
+def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_path):
+    (tmp_path / "my_rewards.py").write_text(CUSTOM)
+    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.crashes"),
+                        cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("error: reward function 'my_rewards.crashes' raised RuntimeError: no score for ")
+
+
+def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path):
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--reward_weights", "1", "2")
+    result = run_script("train_grpo.py", *args)
+    assert result.returncode == 2 and "--reward_weights has 2 values for 1" in result.stderr
+
+
+def test_evaluation_reports_verifier_accuracy(tiny_models, tmp_path):
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
+    out = tmp_path / "eval.json"
+    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], "--dataset_name", data,
+                        "--train_samples", "8", "--num_prompts", "3", "--num_completions", "2",
+                        "--max_new_tokens", "6", "--reward_funcs", "boxed_answer", "reward_model",
+                        "--reward_model_path", tiny_models["reward_model"], "--output_file", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (model,) = json.loads(out.read_text())["models"]
+    assert model["summary"]["verifier_accuracy"] == 0.0
+    completion = model["prompts"][0]["completions"][0]
+    assert completion["rewards"]["boxed_answer"] == -0.5
+    assert completion["reward"] == __import__("pytest").approx(-0.5 + completion["rewards"]["reward_model"])
+    assert "verifier accuracy" in result.stdout

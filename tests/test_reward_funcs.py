@@ -1,0 +1,85 @@
+import pytest
+
+from rlhf.reward_funcs import (
+    CheckedRewardFunc,
+    RewardFunctionError,
+    answers_match,
+    extract_boxed,
+    ground_truth_of,
+    load_reward_funcs,
+    make_boxed_answer,
+)
+from rlhf.cli import UserError
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"The answer is \boxed{42}.", "42"),
+    (r"First \boxed{1}, then finally \boxed{2}", "2"),
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+    (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),
+    (r"$\boxed{x^{2}+1}$", "x^{2}+1"),
+    (r"\fbox{7}", "7"),
+    (r"no box here", None),
+    (r"cut off \boxed{12", None),
+])
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+@pytest.mark.parametrize("predicted, reference, match", [
+    ("42", "42", True),
+    ("42", "43", False),
+    ("1,000", "1000", True),
+    ("1,234,567", "1234567", True),
+    ("-0", "0", True),
+    ("0.5", r"\frac{1}{2}", True),
+    (r"\dfrac{3}{4}", "0.75", True),
+    (r"\frac34", "3/4", True),
+    ("1/3", "0.33", False),
+    ("$12$", "12", True),
+    (r"12\text{ cm}", "12", True),
+    ("12 dollars", "12", True),
+    (r"90^\circ", "90", True),
+    (r"50\%", "50", True),
+    ("3.0", "3", True),
+    (r"\text{yes}", "yes", True),
+    ("x+1", "x + 1", True),
+    ("x+1", "x+2", False),
+    ("2.", "2", True),
+])
+def test_answers_match(predicted, reference, match):
+    assert answers_match(predicted, reference) is match
+
+
+def test_gsm8k_answers_are_read_after_the_marker():
+    assert ground_truth_of("She has 3 + 4 = 7 apples.\n#### 7") == "7"
+    assert ground_truth_of(" 12 ") == "12"
+
+
+def test_boxed_answer_rewards_correct_wrong_and_missing():
+    reward = make_boxed_answer()
+    completions = [[{"role": "assistant", "content": r"so \boxed{7}"}], r"I think \boxed{8}", "seven"]
+    assert reward(prompts=[None] * 3, completions=completions, ground_truth=["7", "7", "7"]) == [1.0, -1.0, -0.5]
+    assert reward(prompts=[None], completions=[r"\boxed{1,200}"], answer=["... #### 1200"]) == [1.0]
+    custom = make_boxed_answer(2.0, 0.0, -1.0)
+    assert custom(prompts=[None] * 3, completions=completions, ground_truth=["7"] * 3) == [2.0, 0.0, -1.0]
+
+
+def test_a_broken_reward_function_is_named_in_one_line():
+    def crashes(prompts, completions, **kwargs):
+        raise KeyError("score")
+
+    def too_few(prompts, completions, **kwargs):
+        return [1.0]
+
+    with pytest.raises(RewardFunctionError, match="'crashes' raised KeyError"):
+        CheckedRewardFunc(crashes, "crashes")(prompts=["a", "b"], completions=["x", "y"])
+    with pytest.raises(RewardFunctionError, match="'too_few' returned 1 values for 2 completions"):
+        CheckedRewardFunc(too_few, "too_few")(prompts=["a", "b"], completions=["x", "y"])
+
+
+def test_unknown_names_and_bad_import_paths_are_user_errors():
+    with pytest.raises(UserError, match="unknown reward function 'boxed'"):
+        load_reward_funcs(["boxed"])
+    with pytest.raises(UserError, match="cannot import reward function 'no_such_module.f'"):
+        load_reward_funcs(["no_such_module.f"])
