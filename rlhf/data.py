@@ -44,8 +44,8 @@ def load_rows(dataset_name, split="train", max_samples=None):
             dataset = _pick_split(datasets.load_dataset(dataset_name), split, dataset_name)
         except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
             raise UserError(
-                f"cannot load dataset '{dataset_name}' ({type(error).__name__}); without Hub access pass a local "
-                "file with --dataset_name (json, jsonl, parquet or csv)"
+                f"cannot load dataset '{dataset_name}' ({type(error).__name__}); offline, run `python quickstart.py` "
+                "or pass a local file, e.g. --dataset_name data/preferences.jsonl"
             ) from None
     if max_samples:
         dataset = dataset.select(range(min(max_samples, len(dataset))))

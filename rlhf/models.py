@@ -13,7 +13,14 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def check_model_source(name_or_path, what, flag, hint=""):
-    """Fail early on a local model folder that does not exist or holds no `config.json`."""
+    """Fail early on a local model folder that does not exist or holds no `config.json`.
+
+    The bundled SmolLM2 (`bundled/SmolLM2-135M-Instruct`) is converted here on first use.
+    """
+    from rlhf.bundled import ensure_bundled, is_bundled
+
+    if is_bundled(name_or_path):
+        ensure_bundled(name_or_path)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -32,8 +39,8 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
         )
     except OSError as error:
         raise UserError(
-            f"cannot load model {name_or_path} ({first_line(error)}); without Hub access pass a local folder "
-            "with --model_name_or_path"
+            f"cannot load model {name_or_path} ({first_line(error)}); offline, run `python quickstart.py` or pass "
+            "a local folder, e.g. --model_name_or_path bundled/SmolLM2-135M-Instruct"
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

