@@ -1,0 +1,179 @@
+"""Plot the training curves of GRPO, PPO and reward-model runs from their TensorBoard logs (PNG + CSV).
+
+Usage:
+
+    python plot_training_progress.py                       # ./grpo_training_output and ./ppo_training_output
+    python plot_training_progress.py --log_dir ./grpo_run ./ppo_run --smoothing 0.6 --extra
+    python plot_training_progress.py --log_dir ./grpo_run --output grpo.png --csv grpo.csv
+
+Each --log_dir is a run's output_dir; every event file under it (a resumed run has several) is merged into one
+run. Panels: loss, learning rate, mean reward, KL to the reference (--extra adds completion length, entropy and
+clip ratio). GRPO and PPO tag names are mapped onto these (see rlhf/metrics.py). The CSV has one row per run and
+step. `python plot_training_progress.py --help` lists every flag.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlhf.cli import UserError, exit_on_user_error, parse_args
+from rlhf.metrics import COLUMNS, CORE_COLUMNS, ema, find_runs, read_run, run_labels, write_csv
+
+DEFAULT_LOG_DIRS = ("./grpo_training_output", "./ppo_training_output")
+# Panel title, and what to say when a run has no such metric.
+PANELS = {
+    "loss": ("Loss", "no loss logged"),
+    "learning_rate": ("Learning rate", "no learning rate logged"),
+    "reward": ("Mean reward", "no reward logged"),
+    "kl": ("KL to the reference", "no KL logged: beta was 0 (GRPO)\nor the run has no reference model"),
+    "completion_length": ("Completion length (tokens)", "no completion length logged\n(PPO does not log one)"),
+    "entropy": ("Entropy", "no entropy logged"),
+    "clip_ratio": ("Clip ratio", "no clip ratio logged"),
+}
+# GRPO averages KL and entropy over tokens, PPO sums them over a completion: say so where both are drawn.
+# PPO's score also carries the --missing_eos_penalty of completions cut off before EOS.
+TAG_NOTES = {"kl": "per token", "objective/kl": "per completion", "entropy": "per token",
+             "objective/entropy": "per completion", "objective/scores": "incl. missing-EOS penalty"}
+PPO_TAGS = {"lr", "objective/scores", "objective/kl", "loss/policy_avg"}
+
+
+@dataclass
+class PlotArguments:
+    """Which runs to read and where the plot and the table go."""
+
+    log_dir: list[str] | None = field(
+        default=None,
+        metadata={"help": "Run folders (a training run's output_dir), one or more. Default: ./grpo_training_output "
+                  "and ./ppo_training_output, those that exist."},
+    )
+    output: str = field(default="training_progress.png", metadata={"help": "The figure (PNG; .pdf/.svg work too)."})
+    csv: str = field(default="training_metrics.csv", metadata={"help": "The table: one row per run and step."})
+    smoothing: float = field(
+        default=0.0,
+        metadata={"help": "TensorBoard-style EMA weight in [0, 1), e.g. 0.6, drawn over the faint raw curve. 0: off."},
+    )
+    extra: bool = field(
+        default=False, metadata={"help": "Add panels for completion length, entropy and clip ratio (where logged)."}
+    )
+
+    def __post_init__(self):
+        if not 0 <= self.smoothing < 1:
+            raise ValueError(f"--smoothing must be in [0, 1) (e.g. 0.6), got {self.smoothing}")
+
+
+def main(args):
+    _check_outputs(args.output, args.csv)
+    folders = args.log_dir or [path for path in DEFAULT_LOG_DIRS if Path(path).is_dir()]
+    if not folders:
+        raise UserError(f"none of the default run folders exist ({', '.join(DEFAULT_LOG_DIRS)}); pass the "
+                        "output_dir of a training run with --log_dir")
+    found = {}  # run folder -> event files, in the order given
+    for folder in folders:
+        found.update(find_runs(folder))
+    runs, tags = {}, {}
+    for label, files in zip(run_labels(found), found.values()):
+        runs[label], tags[label] = read_run(files)
+    if not any(runs.values()):
+        raise UserError(f"the event files under {', '.join(map(str, folders))} hold none of the metrics plotted "
+                        f"({', '.join(CORE_COLUMNS)}); is this the output_dir of a TRL training run?")
+
+    try:
+        columns = write_csv(args.csv, runs)
+        extra_panels = [column for column in columns if args.extra and column in PANELS and column not in CORE_COLUMNS]
+        plot(runs, tags, args.output, args.smoothing, [*CORE_COLUMNS, *extra_panels])
+    except OSError as error:
+        raise UserError(f"cannot write {error.filename} ({error.strerror}); choose another --output / --csv") from None
+    print("Runs:")
+    for (label, values), files in zip(runs.items(), found.values()):
+        steps = sorted({step for points in values.values() for step in points})
+        span = f"{len(steps)} logged steps (last {steps[-1]})" if steps else "no plotted metric logged"
+        lacking = [column for column in CORE_COLUMNS if column not in values]
+        lacking = f"; not logged: {', '.join(lacking)}" if lacking and steps else ""
+        print(f"  {label}: {span}, {len(files)} event file{'s' * (len(files) > 1)} in {found_folder(files)}{lacking}")
+    print(f"Wrote the plot to {args.output} and the table to {args.csv} (columns: {', '.join(columns)}).")
+
+
+def _check_outputs(output, table):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if Path(output).suffix.lower().lstrip(".") not in formats:
+        raise UserError(f"--output {output} needs an image file extension such as .png, .pdf or .svg")
+    if Path(output).resolve() == Path(table).resolve():
+        raise UserError(f"--output and --csv are both {output}; give them different paths")
+    for path, flag in ((output, "--output"), (table, "--csv")):
+        if not Path(path).resolve().parent.is_dir():
+            raise UserError(f"the folder of {flag} {path} does not exist; create it or choose another path")
+
+
+def found_folder(files):
+    folders = {Path(path).parent for path in files}
+    return str(folders.pop()) if len(folders) == 1 else str(Path(files[0]).parent.parent)
+
+
+def plot(runs, tags, output, smoothing, panels):
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    rows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(13, 3.4 * rows + 1), layout="constrained", squeeze=False)
+    colors = {label: f"C{i % 10}" for i, label in enumerate(runs)}
+    has_ppo = any(PPO_TAGS & set(used.values()) for used in tags.values())
+    for ax, column in zip(axes.flat, panels):
+        if _panel(ax, column, runs, tags, colors, smoothing):
+            ax.set_xlabel("step (GRPO: optimizer step, PPO: rollout batch)" if has_ppo else "optimizer step")
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    steps = {label: len({s for points in values.values() for s in points}) for label, values in runs.items()}
+    handles = [Line2D([], [], color=colors[run], linewidth=2, label=f"{run} ({steps[run]} steps)") for run in runs]
+    # The title rides on the legend: a separate suptitle and an outside legend overlap in constrained layout.
+    title = "Training progress" + (f" (EMA smoothing {smoothing}; faint lines: raw values)" if smoothing else "")
+    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(runs), 4), frameon=False, title=title,
+               title_fontproperties={"size": "large"})
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
+
+
+def _panel(ax, column, runs, tags, colors, smoothing):
+    """Draw one metric of every run on `ax`; False when no run logged it (the panel then says so)."""
+    from matplotlib.lines import Line2D
+
+    title, missing_text = PANELS[column]
+    ax.set_title(title, loc="left", fontweight="bold")
+    used = sorted({tags[label][column] for label in runs if column in tags[label]}, key=COLUMNS[column].index)
+    notes = [f"{tag} ({TAG_NOTES[tag]})" if tag in TAG_NOTES and len(used) > 1 else tag for tag in used]
+    ax.set_title(", ".join(notes), loc="right", fontsize=8, color="0.4")
+    missing = [label for label in runs if column not in runs[label]]
+    if len(missing) == len(runs):
+        ax.text(0.5, 0.5, missing_text, ha="center", va="center", transform=ax.transAxes, color="0.3")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return False
+    for label, values in runs.items():
+        if column in values:
+            steps, points = list(values[column]), list(values[column].values())
+            style = {"marker": "o", "markersize": 4} if len(steps) == 1 else {}
+            if smoothing and column != "learning_rate":  # a schedule is not noisy: smoothing it only adds lag
+                ax.plot(steps, points, color=colors[label], alpha=0.25, linewidth=1, **style)
+                points = ema(points, smoothing)
+            ax.plot(steps, points, color=colors[label], linewidth=1.8, **style)
+    if missing:  # the runs that lack this metric, said in the panel itself
+        note = missing_text.split(":")[0].split("\n")[0]
+        handles = [Line2D([], [], color=colors[label], linestyle=":", label=f"{label}: {note}") for label in missing]
+        ax.legend(handles=handles, fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers, also in a 3-step run
+    if column == "learning_rate":
+        ax.yaxis.set_major_formatter("{x:.3g}")  # no "1e-5" offset text colliding with the title
+    return True
+
+
+@exit_on_user_error
+def cli(args=None):
+    main(*parse_args((PlotArguments,), args, __doc__))
+
+
+if __name__ == "__main__":
+    cli()

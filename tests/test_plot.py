@@ -1,0 +1,155 @@
+"""`plot_training_progress.py` on TensorBoard logs written here with GRPO, PPO and reward-model tag names."""
+
+import csv
+
+import pytest
+
+from conftest import run_script
+from rlhf.cli import UserError
+from rlhf.metrics import column_for, ema, find_runs, run_labels
+
+STEPS = range(1, 6)
+
+
+def write_events(folder, scalars, walltime=1000.0):
+    """One event file in `folder` holding {tag: {step: value}}, as the Trainer's TensorBoard callback writes it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(folder))
+    for tag, points in scalars.items():
+        for step, value in points.items():
+            writer.add_scalar(tag, value, step, walltime=walltime + step)
+    writer.close()
+
+
+def grpo_scalars(kl=True):
+    tags = {"train/loss": 0.5, "train/learning_rate": 1e-6, "train/reward": 0.25, "train/entropy": 2.0,
+            "train/completions/mean_length": 10.0, "train/clip_ratio/region_mean": 0.125, "train/grad_norm": 1.0}
+    if kl:
+        tags["train/kl"] = 0.0625
+    return {tag: {step: scale * step for step in STEPS} for tag, scale in tags.items()}
+
+
+def ppo_scalars():
+    tags = {"train/loss/policy_avg": -0.5, "train/loss/value_avg": 0.75, "train/lr": 2e-6,
+            "train/objective/scores": -1.0, "train/objective/kl": 0.5, "train/objective/entropy": 40.0,
+            "train/policy/clipfrac_avg": 0.25}
+    return {tag: {step: scale * step for step in STEPS} for tag, scale in tags.items()}
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("logs")
+    write_events(root / "grpo" / "runs" / "Jan01_host", grpo_scalars())
+    # Resumed from checkpoint-3: the second launch logs steps 4-5 again, later, with other values; those win.
+    write_events(root / "grpo" / "runs" / "Jan02_host", {"train/reward": {4: 10.0, 5: 20.0}}, walltime=5000.0)
+    write_events(root / "ppo" / "runs" / "Jan01_host", ppo_scalars())
+    write_events(root / "nokl" / "runs" / "Jan01_host", grpo_scalars(kl=False))
+    (root / "empty").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def results(logs, tmp_path_factory):
+    """The script's runs, side by side: each spends most of its ~7 s importing TRL (rlhf.cli), so run them together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = tmp_path_factory.mktemp("out")
+    commands = {
+        "plot": ("--log_dir", logs / "grpo", logs / "ppo", logs / "nokl", "--smoothing", "0.6", "--extra",
+                 "--output", out / "progress.png", "--csv", out / "metrics.csv"),
+        "help": ("--help",),
+        "empty": ("--log_dir", logs / "empty", "--output", out / "empty.png"),
+    }
+    with ThreadPoolExecutor(len(commands)) as pool:
+        futures = {name: pool.submit(run_script, "plot_training_progress.py", *args) for name, args in commands.items()}
+    return {"out": out, **{name: future.result() for name, future in futures.items()}}
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_plots_grpo_ppo_and_a_run_without_kl(results):
+    import matplotlib.image
+
+    png, table, result = results["out"] / "progress.png", results["out"] / "metrics.csv", results["plot"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_csv(table)
+    assert list(rows[0]) == ["run", "step", "loss", "learning_rate", "reward", "kl", "completion_length", "entropy",
+                             "clip_ratio", "value_loss"]
+    by_key = {(row["run"], int(row["step"])): row for row in rows}
+    assert len(rows) == 15
+    grpo3, grpo5, ppo2, nokl2 = by_key["grpo", 3], by_key["grpo", 5], by_key["ppo", 2], by_key["nokl", 2]
+    assert (grpo3["reward"], grpo3["kl"], grpo3["loss"], grpo3["learning_rate"]) == ("0.75", "0.1875", "1.5", "3e-06")
+    assert grpo5["reward"] == "20.0"  # the resumed launch's value for step 5
+    assert (grpo3["completion_length"], grpo3["clip_ratio"], grpo3["value_loss"]) == ("30.0", "0.375", "")
+    assert (ppo2["loss"], ppo2["value_loss"], ppo2["learning_rate"], ppo2["reward"]) == ("-1.0", "1.5", "4e-06", "-2.0")
+    assert (ppo2["kl"], ppo2["entropy"], ppo2["clip_ratio"], ppo2["completion_length"]) == ("1.0", "80.0", "0.5", "")
+    assert nokl2["kl"] == "" and nokl2["reward"] == "0.5"
+    assert "nokl: 5 logged steps" in result.stdout and "not logged: kl" in result.stdout
+    assert "2 event files" in result.stdout and str(png) in result.stdout and str(table) in result.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    height, width, channels = matplotlib.image.imread(png).shape
+    assert height > width > 1000 and channels in (3, 4)  # 4 rows of panels with --extra
+
+
+def test_help_exits_zero(results):
+    assert results["help"].returncode == 0
+    assert "--log_dir" in results["help"].stdout and "--smoothing" in results["help"].stdout
+
+
+def test_a_folder_without_event_files_ends_in_one_error_line(logs, results):
+    result = results["empty"]
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(logs / "empty") in errors[0] and "--log_dir" in errors[0]
+    assert not (results["out"] / "empty.png").exists()
+
+
+def test_missing_folders_and_defaults_are_user_errors(tmp_path, monkeypatch):
+    from plot_training_progress import PlotArguments, main
+
+    with pytest.raises(UserError, match="does not exist"):
+        find_runs(tmp_path / "no_such_run")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="grpo_training_output.*ppo_training_output.*--log_dir"):
+        main(PlotArguments())
+    with pytest.raises(ValueError, match="smoothing"):
+        PlotArguments(smoothing=1.0)
+
+
+def test_runs_are_split_by_output_dir_and_labels_disambiguated(logs, tmp_path):
+    assert sorted(path.name for path in find_runs(logs)) == ["grpo", "nokl", "ppo"]
+    assert len(find_runs(logs / "grpo")[logs / "grpo"]) == 2  # a resumed run stays one run
+    labels = run_labels([tmp_path / "a" / "grpo", tmp_path / "b" / "grpo", tmp_path / "ppo"])
+    assert labels == ["a/grpo", "b/grpo", "ppo"]
+
+
+@pytest.mark.parametrize(
+    "tag, column",
+    [
+        ("train/loss", "loss"), ("loss", "loss"), ("train/loss/policy_avg", "loss"),
+        ("train/loss/value_avg", "value_loss"), ("train/learning_rate", "learning_rate"), ("train/lr", "learning_rate"),
+        ("train/reward", "reward"), ("train/objective/scores", "reward"), ("train/mean_reward", "reward"),
+        ("train/kl", "kl"), ("objective/kl", "kl"), ("train/completions/mean_length", "completion_length"),
+        ("train/entropy", "entropy"), ("train/objective/entropy", "entropy"),
+        ("train/clip_ratio/region_mean", "clip_ratio"), ("train/policy/clipfrac_avg", "clip_ratio"),
+        ("train/grad_norm", None), ("eval/loss", None), ("train/train_loss", None),
+        ("train/objective/rlhf_reward", None),
+    ],
+)
+def test_tag_names_map_onto_common_columns(tag, column):
+    assert column_for(tag) == column
+
+
+def test_ema_matches_tensorboard_smoothing():
+    assert ema([1.0, 2.0, 3.0], 0.0) == [1.0, 2.0, 3.0]
+    # Debiased: the first point is the value itself, then (0.5*0.5*1 + 0.5*3) / (1 - 0.25) = 2.333...
+    assert ema([1.0, 3.0], 0.5) == pytest.approx([1.0, (0.25 + 1.5) / 0.75])
+    assert ema([4.0] * 5, 0.9) == pytest.approx([4.0] * 5)
+    smoothed = ema([1.0, float("nan"), 1.0], 0.6)
+    assert smoothed[0] == smoothed[2] == pytest.approx(1.0) and smoothed[1] != smoothed[1]
+    with pytest.raises(ValueError):
+        ema([1.0], 1.0)
