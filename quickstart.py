@@ -25,12 +25,12 @@ REAL = {
     "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
                "--eval_samples", "40", "--logging_steps", "2", "--no_gradient_checkpointing"],
     "grpo": ["--max_steps", "16", "--learning_rate", "3e-5", "--num_generations", "4", "--prompts_per_step", "2",
-             "--per_device_train_batch_size", "8", "--max_completion_length", "48", "--beta", "0.04",
+             "--per_device_train_batch_size", "8", "--max_completion_length", "64", "--beta", "0.04",
              "--save_steps", "4", "--no_gradient_checkpointing"],
     "ppo": ["--total_episodes", "16", "--learning_rate", "1e-5", "--per_device_train_batch_size", "4",
-            "--num_ppo_epochs", "2", "--max_completion_length", "48", "--save_steps", "2",
+            "--num_ppo_epochs", "2", "--max_completion_length", "64", "--save_steps", "2",
             "--no_gradient_checkpointing"],
-    "evaluate": ["--num_prompts", "20", "--num_completions", "4", "--max_new_tokens", "48", "--batch_size", "16"],
+    "evaluate": ["--num_prompts", "20", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "16"],
 }
 TINY = {
     "reward": ["--max_steps", "4", "--per_device_train_batch_size", "4", "--eval_samples", "20", "--logging_steps", "1"],

@@ -23,6 +23,12 @@ def tiny_models(tmp_path_factory):
     return artifacts
 
 
+def start_script(script, *args):
+    """Start one of the package's scripts in the background (to interrupt it), output captured."""
+    return subprocess.Popen([sys.executable, str(ROOT / script), *map(str, args)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def run_script(script, *args, timeout=600, cwd=ROOT):
     """Run one of the package's scripts as a user would (from the repository root unless `cwd` is given)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}

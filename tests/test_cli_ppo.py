@@ -2,12 +2,10 @@
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT, run_script
+from conftest import run_script, start_script
 from test_cli_grpo import assert_ok, scalars
 from test_interruption import wait_for
 
@@ -77,8 +75,7 @@ def test_reward_model_with_another_tokenizer_is_refused_before_model_work(tiny_m
 def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models, tmp_path):
     out = tmp_path / "ppo_resume"
     args = ppo_args(tiny_models, out, "--total_episodes", "40", "--target_kl", "6", "--kl_horizon", "10")
-    process = subprocess.Popen([sys.executable, str(ROOT / "train_ppo.py"), *map(str, args)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = start_script("train_ppo.py", *args)
     wait_for(out / "checkpoint-2" / "trainer_state.json", process)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)

@@ -2,13 +2,11 @@
 
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import torch
 
-from conftest import ROOT
+from conftest import start_script
 from rlhf import tiny
 from test_cli_grpo import assert_ok, grpo_args, run_script
 
@@ -24,8 +22,7 @@ def wait_for(path, process, timeout=120):
 def test_sigterm_saves_a_checkpoint_and_rerun_finishes_with_the_same_step_count(tiny_models, tmp_path):
     out = tmp_path / "run"
     args = grpo_args(tiny_models, out, "--max_steps", "30")
-    process = subprocess.Popen([sys.executable, str(ROOT / "train_grpo.py"), *map(str, args)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = start_script("train_grpo.py", *args)
     wait_for(out / "checkpoint-2" / "trainer_state.json", process)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
