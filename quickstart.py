@@ -1,4 +1,4 @@
-"""The whole pipeline on the real SmolLM2-135M-Instruct, offline, on a CPU, in about 15 minutes.
+"""The whole pipeline on the real SmolLM2-135M-Instruct, offline, on a CPU, in about 13 minutes.
 
     python quickstart.py            # bundled SmolLM2 + the shipped preference data (data/preferences.jsonl)
     python quickstart.py --tiny     # the same pipeline on tiny random models, in about a minute
