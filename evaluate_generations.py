@@ -12,6 +12,7 @@ Prompts are drawn from the rows after the first `--train_samples` (the rows trai
 held out by default. See the README for the JSON layout.
 """
 
+import functools
 import json
 import logging
 import random
@@ -22,8 +23,8 @@ from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.evaluation import compare, generate, rank_labels, summarize
 from rlhf.models import adapter_base, check_model_source, load_causal_lm, load_tokenizer
-from rlhf.reward import REWARD_HINT, RewardModelScorer, load_reward_model
-from rlhf.reward_funcs import load_reward_funcs
+from rlhf.reward import REWARD_HINT, reward_model_scorer
+from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
 from rlhf.run import versions
 
 
@@ -34,9 +35,8 @@ def main(args, rewards):
         check_model_source(path, "model", "--model_path")
     if "reward_model" in rewards.reward_funcs:
         check_model_source(rewards.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+    check_reward_weights(args.reward_weights, rewards.reward_funcs)
     weights = args.reward_weights or [1.0] * len(rewards.reward_funcs)
-    if len(weights) != len(rewards.reward_funcs):
-        raise UserError(f"--reward_weights has {len(weights)} values for {len(rewards.reward_funcs)} --reward_funcs")
 
     import torch
     from tqdm.auto import tqdm
@@ -63,12 +63,9 @@ def main(args, rewards):
     ################
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    def reward_model_scorer():
-        path = rewards.reward_model_path
-        reward_model, reward_tokenizer = load_reward_model(path, args.dtype, args.trust_remote_code)
-        return RewardModelScorer(reward_model.to(device), reward_tokenizer, path, args.batch_size)
-
-    funcs = load_reward_funcs(rewards.reward_funcs, reward_model_scorer, rewards.boxed_rewards)
+    load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, args.dtype,
+                                    args.trust_remote_code, device, args.batch_size)
+    funcs = load_reward_funcs(rewards.reward_funcs, load_scorer, rewards.boxed_rewards)
     results = []
     for path in args.model_path:
         model, model_tokenizer = load_causal_lm(path, args.dtype, args.trust_remote_code)

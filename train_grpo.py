@@ -12,6 +12,7 @@ Re-running the same command on an `--output_dir` with checkpoints resumes from t
 `python train_grpo.py --help` lists every flag (all of TRL's GRPOConfig fields pass through).
 """
 
+import functools
 import logging
 
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
@@ -19,8 +20,8 @@ from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config
 from rlhf.guard import guarded_train
-from rlhf.reward import REWARD_HINT, RewardModelScorer, load_reward_model
-from rlhf.reward_funcs import load_reward_funcs
+from rlhf.reward import REWARD_HINT, reward_model_scorer
+from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
 
 
@@ -29,12 +30,7 @@ def main(model_args, data_args, reward_args, training_args):
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
     if "reward_model" in reward_args.reward_funcs:
         check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
-    weights = training_args.reward_weights
-    if weights is not None and len(weights) != len(reward_args.reward_funcs):
-        raise UserError(
-            f"--reward_weights has {len(weights)} values for {len(reward_args.reward_funcs)} --reward_funcs "
-            f"({' '.join(reward_args.reward_funcs)}); give one weight per function"
-        )
+    check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
@@ -57,12 +53,9 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     # Rewards (user functions are imported before the reward model loads)
     ################
-    def reward_model_scorer():
-        path = reward_args.reward_model_path
-        reward_model, reward_tokenizer = load_reward_model(path, model_args.dtype, training_args.trust_remote_code)
-        return RewardModelScorer(reward_model.to(training_args.device), reward_tokenizer, path)
-
-    reward_funcs = load_reward_funcs(reward_args.reward_funcs, reward_model_scorer, reward_args.boxed_rewards)
+    load_scorer = functools.partial(reward_model_scorer, reward_args.reward_model_path, model_args.dtype,
+                                    training_args.trust_remote_code, training_args.device)
+    reward_funcs = load_reward_funcs(reward_args.reward_funcs, load_scorer, reward_args.boxed_rewards)
 
     ################
     # Training

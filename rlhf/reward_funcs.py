@@ -166,6 +166,15 @@ class CheckedRewardFunc:
         return values
 
 
+def check_reward_weights(weights, names):
+    """One weight per reward function, or none at all (all 1)."""
+    if weights is not None and len(weights) != len(names):
+        raise UserError(
+            f"--reward_weights has {len(weights)} values for {len(names)} --reward_funcs ({' '.join(names)}); "
+            "give one weight per function"
+        )
+
+
 def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, -1.0, -0.5)):
     """The reward functions named on the command line, each wrapped in `CheckedRewardFunc`.
 
