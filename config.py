@@ -6,10 +6,10 @@ Every field of TRL's `GRPOConfig` (and of `transformers.TrainingArguments`) is a
 `--use-lora` and `--use_lora` are the same flag.
 """
 
-import os
 import warnings
 from dataclasses import dataclass, field
 
+from rlhf.run import launched_processes
 from rlhf.trl_compat import GRPOConfig, PPOConfig, RewardConfig
 
 # transformers 5.x renamed gradient_checkpointing to activation_checkpointing; TRL 1.12 still sets the old name, and
@@ -138,6 +138,10 @@ class _RunDefaults:
     )
 
     def __post_init__(self):
+        if launched_processes() > 1 and not self.use_cpu and not _cuda_available():
+            # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without use_cpu,
+            # transformers starts no process group and every process would train alone on all the data.
+            self.use_cpu = True
         if self.bf16 is None:
             self.bf16 = _cuda_supports_bf16() and not self.use_cpu
         if self.learning_rate <= 0:
@@ -170,7 +174,10 @@ class GRPOTrainingConfig(_RunDefaults, GRPOConfig):
     num_generations: int = field(default=4, metadata={"help": "Completions sampled per prompt (the GRPO group)."})
     per_device_train_batch_size: int = field(
         default=16,
-        metadata={"help": "Completions (not prompts) per forward/backward pass on one device. Lower it to save memory."},
+        metadata={
+            "help": "Completions (not prompts) per forward/backward pass on one device. Lower it to save memory. "
+            "Capped at one step's share per device (16 completions on 2 GPUs: 8 each)."
+        },
     )
     max_completion_length: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
@@ -194,8 +201,11 @@ class GRPOTrainingConfig(_RunDefaults, GRPOConfig):
             raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
         if self.prompts_per_step:
             # Translate prompts into TRL's completion-counted batch before TRL derives its generation batch from it.
-            world_size = int(os.environ.get("WORLD_SIZE", "1"))
+            world_size = launched_processes()
             completions = self.prompts_per_step * self.num_generations
+            if self.per_device_train_batch_size * world_size > completions and completions % world_size == 0:
+                # More room per pass than one step holds (e.g. the default 16 on 2 GPUs): each device takes its share.
+                self.per_device_train_batch_size = completions // world_size
             per_pass = self.per_device_train_batch_size * world_size
             if completions % per_pass:
                 raise ValueError(
@@ -347,6 +357,12 @@ class EvalArguments:
             raise ValueError("--num_prompts, --num_completions, --max_new_tokens and --batch_size must be >= 1.")
         if self.temperature <= 0:
             raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _cuda_supports_bf16() -> bool:

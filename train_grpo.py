@@ -75,9 +75,10 @@ def main(model_args, data_args, reward_args, training_args):
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
     trainer.save_model(training_args.output_dir)
-    tokenizer.save_pretrained(training_args.output_dir)
-    mark_finished(training_args.output_dir, global_step=trainer.state.global_step)
-    print(f"Saved the final {'adapter' if model_args.use_lora else 'model'} to {training_args.output_dir}.")
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(training_args.output_dir)
+        mark_finished(training_args.output_dir, global_step=trainer.state.global_step)
+        print(f"Saved the final {'adapter' if model_args.use_lora else 'model'} to {training_args.output_dir}.")
 
 
 def _check_vllm_installed():

@@ -96,9 +96,10 @@ def main(model_args, data_args, training_args):
 
     trainer.save_model(training_args.output_dir)  # the policy (the adapter with LoRA)
     trainer.save_value_model(f"{training_args.output_dir}/{VALUE_MODEL_DIR}")
-    tokenizer.save_pretrained(training_args.output_dir)
-    mark_finished(training_args.output_dir, global_step=trainer.state.global_step, episode=trainer.state.episode)
-    print(f"Saved the final policy to {training_args.output_dir} and the value model to {VALUE_MODEL_DIR}/ in it.")
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(training_args.output_dir)
+        mark_finished(training_args.output_dir, global_step=trainer.state.global_step, episode=trainer.state.episode)
+        print(f"Saved the final policy to {training_args.output_dir} and the value model to {VALUE_MODEL_DIR}/ in it.")
 
 
 @exit_on_user_error

@@ -64,11 +64,13 @@ def main(model_args, data_args, training_args):
     ################
     model = trainer.model.merge_and_unload() if model_args.use_lora else trainer.model
     model.config.pad_token_id = tokenizer.pad_token_id
+    if not model_args.use_lora:
+        trainer.save_model(training_args.output_dir)
+    if not trainer.accelerator.is_main_process:
+        return
     if model_args.use_lora:
         model.save_pretrained(training_args.output_dir)
         trainer.create_model_card(model_name=Path(training_args.output_dir).name)
-    else:
-        trainer.save_model(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
     if held_out is not None:
         report = held_out_accuracy(model, tokenizer, held_out)

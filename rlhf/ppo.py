@@ -12,6 +12,7 @@ that loop, `ResumablePPOTrainer` adds:
 """
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -97,16 +98,39 @@ class _RestoreProgress(TrainerCallback):
 
 
 class ResumablePPOTrainer(PPOTrainer):
+    # transformers' Trainer.__init__ sets this, but TRL's PPOTrainer does not call it; saving reads it in every
+    # process but the first of a multi-process run.
+    is_distributed_loading_by_transformers = False
+
     def _save_checkpoint(self, model, trial):
         # The value model and KL coefficient go in first: TRL writes trainer_state.json last, marking completion.
         checkpoint = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
         if self.args.should_save:
             self.save_value_model(checkpoint / VALUE_MODEL_DIR)
             (checkpoint / PPO_STATE).write_text(json.dumps({"kl_coef": self.args.kl_coef}) + "\n")
-        super()._save_checkpoint(model, trial)
+        with self._without_ddp_wrapper():
+            super()._save_checkpoint(model, trial)
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        with self._without_ddp_wrapper():
+            super().save_model(output_dir, _internal_call)
+
+    @contextmanager
+    def _without_ddp_wrapper(self):
+        """TRL 1.12's PPO saving reads `.policy` and `.config` off the model, which DDP hides (trl issue #2375)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        wrapped = self.model
+        if isinstance(wrapped, DistributedDataParallel):
+            self.model = wrapped.module
+        try:
+            yield
+        finally:
+            self.model = wrapped
 
     def save_value_model(self, path):
-        self.accelerator.unwrap_model(self.model).value_model.save_pretrained(path)
+        if self.accelerator.is_main_process:
+            self.accelerator.unwrap_model(self.model).value_model.save_pretrained(path)
 
     def resume(self, checkpoint, load_adapter=False):
         """Restore optimizer, scheduler, RNG, KL coefficient and progress from `checkpoint`.

@@ -72,12 +72,22 @@ def prepare_output_dir(output_dir):
         )
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write_test"
+        probe = folder / f".write_test.{os.getpid()}"  # one per process when several are launched
         probe.write_text("ok", encoding="utf-8")
         probe.unlink()
     except OSError as error:
         raise UserError(f"cannot write to --output_dir {folder} ({error.strerror}); choose another folder") from None
     return last_checkpoint(folder)
+
+
+def launched_processes():
+    """How many processes torchrun / accelerate launch started (1 for a plain `python script.py`)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process():
+    """False in the other processes of a multi-process launch (torchrun / accelerate launch set RANK)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def read_manifest(output_dir):
@@ -90,6 +100,8 @@ def read_manifest(output_dir):
 
 def write_manifest(output_dir, script, configs, resumed_from=None):
     """Record this launch in `output_dir/run_manifest.json`, keeping earlier launches of the same run."""
+    if not is_main_process():
+        return None
     previous = read_manifest(output_dir)
     launches = previous.get("launches", [])
     launches.append(
@@ -97,6 +109,7 @@ def write_manifest(output_dir, script, configs, resumed_from=None):
             "started_at": _now(),
             "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
             "resumed_from": str(resumed_from) if resumed_from else None,
+            "processes": launched_processes(),
         }
     )
     manifest = {
@@ -113,6 +126,8 @@ def write_manifest(output_dir, script, configs, resumed_from=None):
 
 def mark_finished(output_dir, **extra):
     """Mark the run finished (the final model is saved); later launches refuse to overwrite it."""
+    if not is_main_process():
+        return
     manifest = read_manifest(output_dir)
     manifest.update(finished_at=_now(), **extra)
     _write_json(Path(output_dir) / MANIFEST, manifest)

@@ -29,10 +29,17 @@ def start_script(script, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def run_script(script, *args, timeout=600, cwd=ROOT):
-    """Run one of the package's scripts as a user would (from the repository root unless `cwd` is given)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+def run_script(script, *args, timeout=600, cwd=ROOT, processes=1, env=None):
+    """Run one of the package's scripts as a user would (from the repository root unless `cwd` is given).
+
+    `processes` > 1 launches it with torchrun (`torch.distributed.run`), on CPU with the gloo backend.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    launcher = [sys.executable]
+    if processes > 1:
+        env["OMP_NUM_THREADS"] = "1"
+        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     return subprocess.run(
-        [sys.executable, str(ROOT / script), *map(str, args)],
+        [*launcher, str(ROOT / script), *map(str, args)],
         cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
     )

@@ -1,0 +1,92 @@
+"""The distributed path: GRPO, PPO and the reward model run as 2 processes on CPU (torchrun, gloo backend).
+
+What must hold with N processes: the data is split between them (each prompt is trained on once per epoch in
+total, not once per process), the optimizer step count follows the batch semantics, and one final model is saved.
+"""
+
+import json
+from collections import Counter
+
+from conftest import run_script
+from test_cli_grpo import assert_ok
+from test_cli_ppo import ppo_args
+
+# A reward function that records, per process, which prompts it scored (and scores 0, so training is unchanged).
+PROBE = '''
+import json, os
+from pathlib import Path
+
+def probe(prompts, completions, **kwargs):
+    with open(Path(os.environ["PROBE_DIR"]) / f"rank{os.environ.get('RANK', '0')}.jsonl", "a") as f:
+        for prompt in prompts:
+            f.write(json.dumps(prompt[-1]["content"]) + "\\n")
+    return [0.0] * len(prompts)
+'''
+
+
+def manifest(output_dir):
+    return json.loads((output_dir / "run_manifest.json").read_text())
+
+
+def test_grpo_on_two_processes_splits_the_prompts_and_keeps_the_step_count(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    (tmp_path / "probe_reward.py").write_text(PROBE)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    out = tmp_path / "run"
+    # 32 prompts, 4 prompts x 2 completions per step: 8 steps per epoch, on 1 process or 2. The per-device batch is
+    # left at its default (16 completions), which is capped at each process's share of a step (4).
+    result = run_script(
+        "train_grpo.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name", tiny_models["prompts"],
+        "--reward_model_path", tiny_models["reward_model"], "--reward_funcs", "reward_model", "probe_reward.probe",
+        "--output_dir", out, "--num_generations", "2", "--prompts_per_step", "4", "--max_completion_length", "8",
+        "--num_train_epochs", "1", "--save_steps", "4", "--seed", "0",
+        processes=2, env={"PROBE_DIR": str(seen), "PYTHONPATH": str(tmp_path)},
+    )
+    assert_ok(result)
+
+    run = manifest(out)
+    assert run["launches"][-1]["processes"] == 2
+    assert run["global_step"] == 8
+    grpo = run["config"]["GRPOTrainingConfig"]
+    assert grpo["per_device_train_batch_size"] == 4 and grpo["gradient_accumulation_steps"] == 1
+    assert grpo["use_cpu"] is True  # set for a multi-process launch on a machine without a GPU
+
+    # Each process scored half of the completions, and every prompt got exactly its 2 completions in total.
+    per_rank = [(seen / f"rank{rank}.jsonl").read_text().splitlines() for rank in (0, 1)]
+    assert len(per_rank[0]) == len(per_rank[1]) == 32
+    assert set(Counter(per_rank[0] + per_rank[1]).values()) == {2}
+    assert len(Counter(per_rank[0] + per_rank[1])) == 32
+
+    assert result.stdout.count("Saved the final model") == 1
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]
+    AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_value_model(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    out = tmp_path / "ppo"
+    # One PPO batch = 2 prompts per device x 2 processes = 4 episodes: 32 episodes take 8 steps.
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "32", "--save_steps", "4"),
+                        processes=2)
+    assert_ok(result)
+    run = manifest(out)
+    assert run["launches"][-1]["processes"] == 2
+    assert (run["global_step"], run["episode"]) == (8, 32)
+    assert (out / "checkpoint-8" / "value_model" / "model.safetensors").exists()
+    AutoModelForCausalLM.from_pretrained(out)
+    AutoModelForSequenceClassification.from_pretrained(out / "value_model")
+
+
+def test_reward_model_on_two_processes(tiny_models, tmp_path):
+    out = tmp_path / "rm"
+    # 32 rows, 8 held out: 24 pairs, 2 per device x 2 processes per step = 6 steps.
+    result = run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name",
+                        tiny_models["prompts"], "--output_dir", out, "--per_device_train_batch_size", "2",
+                        "--eval_samples", "8", processes=2)
+    assert_ok(result)
+    assert manifest(out)["global_step"] == 6
+    assert result.stdout.count("Held-out pairwise accuracy") == 1
+    assert json.loads((out / "reward_accuracy.json").read_text())["num_pairs"] == 8
