@@ -17,6 +17,12 @@ from rlhf.trl_compat import GRPOConfig, PPOConfig, RewardConfig
 warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
+REWARD_DTYPE_HELP = (
+    "Dtype the frozen reward model loads in: auto (bfloat16 when training in bf16 on a GPU, else --dtype), float32, "
+    "bfloat16 or float16. bfloat16 halves its memory; on CPU its speed depends on the processor (README: Performance)."
+)
+
+
 @dataclass
 class ModelArguments:
     """The policy being trained, and how (full fine-tuning or LoRA)."""
@@ -104,6 +110,7 @@ class RewardArguments:
             "It scores with its own tokenizer and chat template. Make one with `python train_reward_model.py`."
         },
     )
+    reward_model_dtype: str = field(default="auto", metadata={"help": REWARD_DTYPE_HELP})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["reward_model"],
         metadata={
@@ -265,6 +272,7 @@ class PPOTrainingConfig(_RunDefaults, PPOConfig):
             "the policy's token ids). Make one with `python train_reward_model.py`."
         },
     )
+    reward_model_dtype: str = field(default="auto", metadata={"help": REWARD_DTYPE_HELP})
     value_model_path: str | None = field(
         default=None, metadata={"help": "Where the value model starts from (default: the reward model)."}
     )

@@ -18,7 +18,7 @@ import logging
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config
+from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config, reward_model_dtype
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
@@ -31,6 +31,7 @@ def main(model_args, data_args, reward_args, training_args):
     if "reward_model" in reward_args.reward_funcs:
         check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
+    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, training_args.bf16)
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
@@ -53,7 +54,7 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     # Rewards (user functions are imported before the reward model loads)
     ################
-    load_scorer = functools.partial(reward_model_scorer, reward_args.reward_model_path, model_args.dtype,
+    load_scorer = functools.partial(reward_model_scorer, reward_args.reward_model_path, scorer_dtype,
                                     training_args.trust_remote_code, training_args.device)
     reward_funcs = load_reward_funcs(reward_args.reward_funcs, load_scorer, reward_args.boxed_rewards)
 

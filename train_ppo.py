@@ -20,7 +20,7 @@ from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.guard import guarded_train
-from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config
+from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config, reward_model_dtype
 from rlhf.ppo import VALUE_MODEL_DIR, AdaptiveKLCallback, ResumablePPOTrainer, check_same_tokenizer
 from rlhf.reward import REWARD_HINT, ensure_distinct_pad, load_reward_model
 from rlhf.run import mark_finished, prepare_output_dir, write_manifest
@@ -34,6 +34,7 @@ def main(model_args, data_args, training_args):
     check_model_source(reward_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_model_source(value_path, "value model", "--value_model_path")
     weights = load_kwargs(model_args.dtype, training_args.trust_remote_code)
+    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, training_args.bf16)
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path")
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path")
@@ -65,7 +66,7 @@ def main(model_args, data_args, training_args):
     full_resume = resume_from and not model_args.use_lora
     policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else policy_path, **weights)
     ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(policy_path, **weights)
-    reward_model, _ = load_reward_model(reward_path, model_args.dtype, training_args.trust_remote_code)
+    reward_model, _ = load_reward_model(reward_path, scorer_dtype, training_args.trust_remote_code)
     value_source = resume_from / VALUE_MODEL_DIR if resume_from else value_path
     value_model = AutoModelForSequenceClassification.from_pretrained(value_source, num_labels=1, **weights)
     for model in (reward_model, value_model):

@@ -101,12 +101,22 @@ def load_kwargs(dtype, trust_remote_code=False):
     return {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
 
 
-def torch_dtype(name):
+def torch_dtype(name, flag="--dtype"):
     import torch
 
     if name not in DTYPES:
-        raise UserError(f"--dtype {name} is not supported; use one of {', '.join(DTYPES)}")
+        raise UserError(f"{flag} {name} is not supported; use one of {', '.join(DTYPES)}")
     return name if name == "auto" else getattr(torch, name)
+
+
+def reward_model_dtype(choice, dtype, bf16):
+    """The dtype the frozen reward model loads in: `auto` is bfloat16 when training runs in bf16 (on a GPU), else
+    the policy's `dtype`. In bfloat16 it takes half the memory; its scores track float32 closely but not exactly
+    (README: Performance), which is why a CPU run, where bf16 speed depends on the processor, keeps float32."""
+    if choice == "auto":
+        return "bfloat16" if bf16 else dtype
+    torch_dtype(choice, "--reward_model_dtype")
+    return choice
 
 
 def first_line(error):

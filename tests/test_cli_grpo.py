@@ -115,6 +115,8 @@ def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_mo
         (("--dataset_name", "./missing.jsonl"), "does not exist"),
         (("--per_device_train_batch_size", "3"), "per_device_train_batch_size"),
         (("--use_vllm",), "vLLM"),
+        (("--use_vllm", "--use_lora"), "vLLM"),
+        (("--reward_model_dtype", "float8"), "--reward_model_dtype float8"),
     ],
 )
 def test_user_errors_end_in_one_line_and_exit_code_2(tiny_models, tmp_path, change, message):
@@ -143,3 +145,4 @@ def test_dataset_without_known_columns_is_refused(tiny_models, tmp_path):
     result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--dataset_name", data))
     assert result.returncode == 2
     assert "instruction" in result.stderr and "Traceback" not in result.stderr
+

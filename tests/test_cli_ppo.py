@@ -1,12 +1,13 @@
 """`train_ppo.py` run end to end as a subprocess on tiny local models."""
 
 import json
+import math
 import signal
 
 import pytest
 
 from conftest import run_script, start_script
-from test_cli_grpo import assert_ok, scalars
+from test_cli_grpo import assert_ok, grpo_args, scalars
 from test_interruption import wait_for
 
 SMALL = ["--max_completion_length", "8", "--per_device_train_batch_size", "2", "--num_ppo_epochs", "1",
@@ -94,3 +95,16 @@ def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models
     assert steps[-1] == 20 and len(set(steps)) == 20  # every step logged once across both launches
     resumed = dict(logged["train/objective/kl_coef"])[stopped_at + 1]
     assert resumed == pytest.approx(kl_coef_at_stop)  # the adaptive coefficient carried over
+
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_reward_model_in_bfloat16_scores_finite_rewards(tiny_models, tmp_path, script):
+    out = tmp_path / "bf16_reward_model"
+    if script == "train_grpo.py":
+        args, tag = grpo_args(tiny_models, out, "--max_steps", "1"), "train/rewards/reward_model/mean"
+    else:
+        args, tag = ppo_args(tiny_models, out, "--total_episodes", "4"), "train/objective/scores"
+    assert_ok(run_script(script, *args, "--reward_model_dtype", "bfloat16"))
+    rewards = [value for _, value in scalars(out)[tag]]
+    assert rewards and all(math.isfinite(value) for value in rewards)

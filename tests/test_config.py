@@ -2,6 +2,7 @@ import pytest
 
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, parse_args
+from rlhf.models import reward_model_dtype
 
 GRPO_TYPES = (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig)
 
@@ -101,3 +102,12 @@ def test_ppo_config_defaults_and_checks():
     assert parse_args(ppo_types, ["--response_length", "64"])[-1].max_completion_length == 64
     with pytest.raises(UserError, match="--target_kl must be > 0"):
         parse_args(ppo_types, ["--target_kl", "0"])
+
+
+def test_frozen_reward_model_dtype_follows_bf16_training_unless_set():
+    assert reward_model_dtype("auto", "float32", bf16=True) == "bfloat16"  # bf16 training on a GPU
+    assert reward_model_dtype("auto", "float32", bf16=False) == "float32"  # CPU: the policy's dtype
+    assert reward_model_dtype("float32", "float32", bf16=True) == "float32"
+    with pytest.raises(UserError, match="--reward_model_dtype float8"):
+        reward_model_dtype("float8", "float32", bf16=False)
+
