@@ -14,6 +14,8 @@ CLI), ppo, ppo_lora (train_ppo.py). Every GRPO run gets the same flags: the same
 batch, completion length, sampling, beta, learning rate and schedule, precision and gradient checkpointing.
 Without `--reward_model`, the reward model is the policy's backbone with an untrained score head: its scores mean
 nothing, its cost is that of a real one. Each step is timed from the TensorBoard log (`logging_steps 1`).
+Peak CUDA memory is what PyTorch's allocator saw (`torch.cuda.max_memory_allocated`, and `..._reserved`);
+memory vLLM takes through its own allocator is not in it, so check vLLM runs with nvidia-smi too.
 """
 
 import argparse
@@ -40,7 +42,7 @@ def parse_args(argv=None):
     parser.add_argument("--runs", nargs="+", choices=RUNS, help="default: grpo trl_grpo grpo_lora ppo")
     parser.add_argument("--steps", type=int, default=3, help="measured optimizer steps per run")
     parser.add_argument("--warmup_steps", type=int, default=1, help="steps run first and left out of the median")
-    parser.add_argument("--repeats", type=int, default=1, help="run the list this many times (ours and TRL's alternate)")
+    parser.add_argument("--repeats", type=int, default=1, help="run the list this many times, in turn")
     parser.add_argument("--prompts_per_step", type=int, default=4)
     parser.add_argument("--num_generations", type=int, default=4, help="GRPO group size")
     parser.add_argument("--per_device_train_batch_size", type=int, default=16, help="completions per pass")
@@ -55,6 +57,8 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, help="CPU threads of every run (default: what torch uses here)")
     args = parser.parse_args(argv)
     args.runs = args.runs or ["grpo", "trl_grpo", "grpo_lora", "ppo"]
+    if args.steps < 1 or args.warmup_steps < 1:
+        parser.error("--steps and --warmup_steps must be >= 1 (a step is timed from the previous one's end)")
     if (args.prompts_per_step * args.num_generations) % args.per_device_train_batch_size:
         parser.error("--per_device_train_batch_size must divide --prompts_per_step x --num_generations")
     return args
@@ -156,7 +160,8 @@ def build_command(name, args, grpo_flags, common, policy, reward_model, completi
     env = {}
     if name.startswith("trl_grpo"):
         # `python -m trl.cli.main` is the `trl` command itself, found the same way on Linux and Windows.
-        command = [sys.executable, "-m", "trl.cli.main", "grpo", *grpo_flags, "--reward_model_name_or_path", reward_model, *(["--use_peft", *LORA] if lora else [])]
+        command = [sys.executable, "-m", "trl.cli.main", "grpo", *grpo_flags, "--reward_model_name_or_path",
+                   reward_model, *(["--use_peft", *LORA] if lora else [])]
     elif name.startswith("grpo"):
         command = [sys.executable, str(ROOT / "train_grpo.py"), *grpo_flags, "--reward_model_path", reward_model,
                    "--prompts_per_step", "0", *(["--use_lora", *LORA] if lora else [])]
@@ -186,7 +191,7 @@ def measure(name, command, env, run_dir, completions_per_step, args):
     # OMP_NUM_THREADS=1 for the training process on a machine without a GPU.
     env = {**os.environ, **env, "OMP_NUM_THREADS": str(args.threads), "BENCH_STATS_DIR": str(stats_dir),
            "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([str(PROBE), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(PROBE), os.environ.get("PYTHONPATH", "")])}
     start = time.perf_counter()
     with open(run_dir / "log.txt", "w", encoding="utf-8") as log:
         returncode = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -289,7 +294,7 @@ def _gb(value):
 def format_row(result):
     if result["returncode"] != 0:
         return f"{result['run']:<15} failed"
-    memory = f"{result['peak_rss_gb']} GB RSS"
+    memory = f"{result['peak_rss_gb']} GB RSS" if result["peak_rss_gb"] else "RSS n/a (Windows)"
     if result["peak_cuda_allocated_gb"]:
         memory += f", {result['peak_cuda_allocated_gb']} GB CUDA"
     return (f"{result['run']:<15} {result['seconds_per_step']:>8.2f} s/step  {result['completion_tokens_per_s']:>8.1f} "
