@@ -73,9 +73,10 @@ def test_reward_model_with_another_tokenizer_is_refused_before_model_work(tiny_m
     assert not (tmp_path / "out").exists()
 
 
-def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models, tmp_path):
+@pytest.mark.parametrize("lora", [[], ["--use_lora"]], ids=["full", "lora"])
+def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models, tmp_path, lora):
     out = tmp_path / "ppo_resume"
-    args = ppo_args(tiny_models, out, "--total_episodes", "40", "--target_kl", "6", "--kl_horizon", "10")
+    args = ppo_args(tiny_models, out, "--total_episodes", "40", "--target_kl", "6", "--kl_horizon", "10", *lora)
     process = start_script("train_ppo.py", *args)
     wait_for(out / "checkpoint-2" / "trainer_state.json", process)
     process.send_signal(signal.SIGINT)
@@ -95,6 +96,10 @@ def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models
     assert steps[-1] == 20 and len(set(steps)) == 20  # every step logged once across both launches
     resumed = dict(logged["train/objective/kl_coef"])[stopped_at + 1]
     assert resumed == pytest.approx(kl_coef_at_stop)  # the adaptive coefficient carried over
+    if lora:
+        # A new adapter starts as the reference (KL exactly 0); the resumed one starts from the checkpoint's.
+        kl = dict(logged["train/objective/kl"])
+        assert kl[1] == 0.0 and kl[stopped_at + 1] != 0.0, kl
 
 
 
