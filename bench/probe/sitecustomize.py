@@ -25,14 +25,16 @@ def _count_generate():
     def generate(self, *args, **kwargs):
         import torch
 
-        prompt = kwargs.get("input_ids", args[0] if args else None)
+        prompt = kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None))
         output = original(self, *args, **kwargs)
+        if not torch.is_tensor(prompt):  # e.g. called with inputs_embeds: nothing to count from
+            return output
         sequences = output if torch.is_tensor(output) else output.sequences
         completions = sequences[:, prompt.shape[1]:]
         # A completion runs up to and including its first end-of-sequence token (what follows is padding).
         eos = self.generation_config.eos_token_id
-        eos = torch.tensor(eos if isinstance(eos, list) else [eos], device=completions.device)
-        ended = torch.isin(completions, eos)
+        eos = [] if eos is None else eos if isinstance(eos, list) else [eos]
+        ended = torch.isin(completions, torch.tensor(eos, dtype=completions.dtype, device=completions.device))
         lengths = torch.where(ended.any(dim=1), ended.int().argmax(dim=1) + 1, completions.shape[1])
         generated.append((time.time(), int(lengths.sum())))
         return output
