@@ -22,7 +22,7 @@ from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_co
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
-from rlhf.run import mark_finished, prepare_output_dir, write_manifest
+from rlhf.run import is_main_process, mark_finished, prepare_output_dir, write_manifest
 
 
 def main(model_args, data_args, reward_args, training_args):
@@ -76,7 +76,7 @@ def main(model_args, data_args, reward_args, training_args):
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
     trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
+    if is_main_process():
         tokenizer.save_pretrained(training_args.output_dir)
         mark_finished(training_args.output_dir, global_step=trainer.state.global_step)
         print(f"Saved the final {'adapter' if model_args.use_lora else 'model'} to {training_args.output_dir}.")

@@ -23,7 +23,7 @@ from rlhf.guard import guarded_train
 from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config, reward_model_dtype
 from rlhf.ppo import VALUE_MODEL_DIR, AdaptiveKLCallback, ResumablePPOTrainer, check_same_tokenizer
 from rlhf.reward import REWARD_HINT, ensure_distinct_pad, load_reward_model
-from rlhf.run import mark_finished, prepare_output_dir, write_manifest
+from rlhf.run import is_main_process, mark_finished, prepare_output_dir, write_manifest
 
 
 def main(model_args, data_args, training_args):
@@ -97,7 +97,7 @@ def main(model_args, data_args, training_args):
 
     trainer.save_model(training_args.output_dir)  # the policy (the adapter with LoRA)
     trainer.save_value_model(f"{training_args.output_dir}/{VALUE_MODEL_DIR}")
-    if trainer.accelerator.is_main_process:
+    if is_main_process():
         tokenizer.save_pretrained(training_args.output_dir)
         mark_finished(training_args.output_dir, global_step=trainer.state.global_step, episode=trainer.state.episode)
         print(f"Saved the final policy to {training_args.output_dir} and the value model to {VALUE_MODEL_DIR}/ in it.")

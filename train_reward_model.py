@@ -21,7 +21,7 @@ from rlhf.data import build_preference_dataset, load_rows
 from rlhf.guard import guarded_train
 from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config
 from rlhf.reward import ensure_distinct_pad, pairwise_accuracy, score_conversations, tokenize_pairs
-from rlhf.run import mark_finished, prepare_output_dir, write_manifest
+from rlhf.run import is_main_process, mark_finished, prepare_output_dir, write_manifest
 
 ACCURACY_FILE = "reward_accuracy.json"
 
@@ -66,7 +66,7 @@ def main(model_args, data_args, training_args):
     model.config.pad_token_id = tokenizer.pad_token_id
     if not model_args.use_lora:
         trainer.save_model(training_args.output_dir)
-    if not trainer.accelerator.is_main_process:
+    if not is_main_process():
         return
     if model_args.use_lora:
         model.save_pretrained(training_args.output_dir)

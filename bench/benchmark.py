@@ -100,7 +100,7 @@ def main(argv=None):
             print(format_row(result), flush=True)
 
     # The frozen reward model in float32 (the default, like the policy) and in bfloat16 (half the memory).
-    scoring = {dtype: scoring_throughput(reward_model, prompts, args.max_completion_length, dtype)
+    scoring = {dtype: scoring_throughput(reward_model, args.max_completion_length, dtype)
                for dtype in ("float32", "bfloat16")}
     report = summarize(results, scoring, args, device, bf16)
     Path(args.output).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -146,12 +146,18 @@ def write_prompts(folder, count):
     scripts and `trl grpo` read it). A folder holding train.jsonl is what `load_dataset(folder)` expects."""
     from rlhf.data import to_conversation
 
-    rows = [json.loads(line) for line in (ROOT / "data" / "preferences.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = shipped_rows()
     rows = (rows * (count // len(rows) + 1))[:count]
     folder.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps({"prompt": to_conversation(row, "orca")}) for row in rows]
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
+
+
+def shipped_rows():
+    """The ORCA-schema rows of data/preferences.jsonl (written by data/make_preferences.py)."""
+    text = (ROOT / "data" / "preferences.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
 
 
 def build_command(name, args, grpo_flags, common, policy, reward_model, completions_per_step):
@@ -249,26 +255,27 @@ def logged_steps(output_dir):
              "mean_length": lengths.get(step)} for prev, step in zip(steps, steps[1:])]
 
 
-def scoring_throughput(reward_model, prompts, completion_tokens, dtype, count=64, batch_size=16):
+def scoring_throughput(reward_model, completion_tokens, dtype, count=64, batch_size=16):
     """Sequences per second the reward model scores, on prompts with answers cut to `completion_tokens` tokens.
 
     The same `score_conversations` GRPO's reward function uses, at its batch size; best of 3 passes.
     """
     import torch
 
+    from rlhf.data import to_conversation
     from rlhf.reward import load_reward_model, render_for_reward, score_conversations
 
     model, tokenizer = load_reward_model(str(reward_model), dtype)
     if torch.cuda.is_available():
         model = model.cuda()
-    rows = [json.loads(line) for line in (ROOT / "data" / "preferences.jsonl").read_text(encoding="utf-8").splitlines()]
-    prompt_rows = [json.loads(line)["prompt"] for line in (Path(prompts) / "train.jsonl").read_text().splitlines()]
+    rows = shipped_rows()
     conversations = []
     for i in range(count):
-        long_answer = " ".join([rows[i % len(rows)]["chosen"]] * 8)
+        row = rows[i % len(rows)]
+        long_answer = " ".join([row["chosen"]] * 8)
         answer_ids = tokenizer(long_answer, add_special_tokens=False, truncation=True, max_length=completion_tokens)
         answer = tokenizer.decode(answer_ids["input_ids"])
-        conversations.append(prompt_rows[i % len(prompt_rows)] + [{"role": "assistant", "content": answer}])
+        conversations.append(to_conversation(row, "orca") + [{"role": "assistant", "content": answer}])
     texts = [render_for_reward(tokenizer, conversation) for conversation in conversations]
     tokens = sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
     best = float("inf")
