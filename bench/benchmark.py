@@ -5,7 +5,7 @@ optimizer step (median over the measured steps, after warm-up steps), completion
 (RSS; peak CUDA memory on a GPU) and the extrapolated time of a 10,000-prompt epoch; then the reward model's
 scoring throughput, and ours-vs-TRL ratios.
 
-    python bench/benchmark.py --model tiny                          # tiny random models, ~1 minute: the wiring
+    python bench/benchmark.py --model tiny                          # tiny random models, ~1.5 minutes: the wiring
     python bench/benchmark.py --model bundled --max_completion_length 64 --steps 3   # SmolLM2-135M on CPU
     python bench/benchmark.py --model bundled --runs grpo trl_grpo grpo_lora grpo_vllm grpo_vllm_lora ppo  # GPU
 
