@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from rlhf.cli import USER_ERROR_EXIT_CODE, UserError
 from rlhf.reward import NonFiniteError
-from rlhf.run import last_checkpoint
+from rlhf.run import is_main_process, last_checkpoint
 
 INTERRUPTED_EXIT_CODE = 130
 NON_FINITE_EXIT_CODE = 1
@@ -39,8 +39,10 @@ class TrainingGuard(TrainerCallback):
         if self.stop_requested:  # second signal: abort now
             raise KeyboardInterrupt
         self.stop_requested = True
-        name = signal.Signals(signum).name
-        print(f"\n{name} received: saving a checkpoint after this step (press Ctrl-C again to abort now).", flush=True)
+        if is_main_process():  # under torchrun / accelerate launch every process gets the signal: say it once
+            name = signal.Signals(signum).name
+            print(f"\n{name} received: saving a checkpoint after this step (press Ctrl-C again to abort now).",
+                  flush=True)
 
     def on_step_end(self, args, state, control, **kwargs):
         if _any_process(self.stop_requested, args):
@@ -78,7 +80,7 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
     """
     guard = TrainingGuard()
     trainer.add_callback(guard)
-    if resume_from:
+    if resume_from and is_main_process():
         print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
     handlers = {sig: signal.signal(sig, guard.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -88,11 +90,13 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
             trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     except TrainingInterrupted as stop:
         _close_progress_bar(trainer)
-        checkpoint = last_checkpoint(output_dir)
-        print(
-            f"\nStopped at step {stop.step}; checkpoint saved in {checkpoint}. Re-run the same command to resume.",
-            flush=True,
-        )
+        # Only the main process writes the checkpoint, so only it can name it (another may still see the previous one).
+        if is_main_process():
+            checkpoint = last_checkpoint(output_dir)
+            print(
+                f"\nStopped at step {stop.step}; checkpoint saved in {checkpoint}. Re-run the same command to resume.",
+                flush=True,
+            )
         sys.exit(INTERRUPTED_EXIT_CODE)
     except UserError as error:  # e.g. a user's reward function that raised: one line, as before training
         _close_progress_bar(trainer)

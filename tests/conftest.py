@@ -23,14 +23,8 @@ def tiny_models(tmp_path_factory):
     return artifacts
 
 
-def start_script(script, *args):
-    """Start one of the package's scripts in the background (to interrupt it), output captured."""
-    return subprocess.Popen([sys.executable, str(ROOT / script), *map(str, args)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def run_script(script, *args, timeout=600, cwd=ROOT, processes=1, env=None):
-    """Run one of the package's scripts as a user would (from the repository root unless `cwd` is given).
+def script_command(script, *args, processes=1, env=None):
+    """The command line and environment that run one of the package's scripts as a user would.
 
     `processes` > 1 launches it with torchrun (`torch.distributed.run`), on CPU with the gloo backend.
     """
@@ -39,7 +33,16 @@ def run_script(script, *args, timeout=600, cwd=ROOT, processes=1, env=None):
     if processes > 1:
         env["OMP_NUM_THREADS"] = "1"
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    return subprocess.run(
-        [*launcher, str(ROOT / script), *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
-    )
+    return [*launcher, str(ROOT / script), *map(str, args)], env
+
+
+def start_script(script, *args, processes=1):
+    """Start one of the package's scripts in the background (to interrupt it), output captured."""
+    command, env = script_command(script, *args, processes=processes)
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_script(script, *args, timeout=600, cwd=ROOT, processes=1, env=None):
+    """Run one of the package's scripts as a user would (from the repository root unless `cwd` is given)."""
+    command, env = script_command(script, *args, processes=processes, env=env)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -5,10 +5,12 @@ total, not once per process), the optimizer step count follows the batch semanti
 """
 
 import json
+import signal
 from collections import Counter
 
-from conftest import run_script
-from test_cli_grpo import assert_ok
+from conftest import run_script, start_script
+from test_cli_grpo import assert_ok, grpo_args
+from test_interruption import wait_for
 from test_cli_ppo import ppo_args
 
 # A reward function that records, per process, which prompts it scored (and scores 0, so training is unchanged).
@@ -90,3 +92,31 @@ def test_reward_model_on_two_processes(tiny_models, tmp_path):
     assert manifest(out)["global_step"] == 6
     assert result.stdout.count("Held-out pairwise accuracy") == 1
     assert json.loads((out / "reward_accuracy.json").read_text())["num_pairs"] == 8
+
+
+def test_ctrl_c_on_torchrun_stops_both_processes_at_one_checkpoint_and_the_rerun_finishes(tiny_models, tmp_path):
+    out = tmp_path / "run"
+    args = grpo_args(tiny_models, out, "--max_steps", "30")
+    # torchrun starts its workers in sessions of their own and forwards a Ctrl-C (SIGINT) to each, once.
+    process = start_script("train_grpo.py", *args, processes=2)
+    wait_for(out / "checkpoint-2" / "trainer_state.json", process)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0  # torchrun's own exit status for a signal; each worker exited with 130
+    assert stdout.count("SIGINT received") == 1  # said once, not once per process
+    stopped = [line for line in stdout.splitlines() if line.startswith("Stopped at step")]
+    assert len(stopped) == 1, stdout[-3000:]
+    step = int(stopped[0].split()[3].rstrip(";"))
+    assert 2 <= step < 30 and f"checkpoint saved in {out / f'checkpoint-{step}'}." in stopped[0]
+    checkpoint = out / f"checkpoint-{step}"
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
+    # Both processes stopped after the same step: each saved its random state into that one checkpoint.
+    assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+    assert not (out / "model.safetensors").exists()
+
+    result = run_script("train_grpo.py", *args, processes=2)
+    assert_ok(result)
+    assert result.stdout.count(f"Resuming from {checkpoint}") == 1
+    run = manifest(out)
+    assert run["global_step"] == 30 and run["finished_at"]
+    assert [launch["resumed_from"] for launch in run["launches"]] == [None, str(checkpoint)]
