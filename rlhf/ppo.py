@@ -105,8 +105,8 @@ class ResumablePPOTrainer(PPOTrainer):
     def _save_checkpoint(self, model, trial):
         # The value model and KL coefficient go in first: TRL writes trainer_state.json last, marking completion.
         checkpoint = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        self.save_value_model(checkpoint / VALUE_MODEL_DIR)  # in every process: ZeRO-3 / FSDP gather its weights
         if self.args.should_save:
-            self.save_value_model(checkpoint / VALUE_MODEL_DIR)
             (checkpoint / PPO_STATE).write_text(json.dumps({"kl_coef": self.args.kl_coef}) + "\n")
         with self._without_ddp_wrapper():
             super()._save_checkpoint(model, trial)
@@ -129,8 +129,12 @@ class ResumablePPOTrainer(PPOTrainer):
             self.model = wrapped
 
     def save_value_model(self, path):
+        """Save the value model. Call it in every process: under ZeRO-3 or FSDP its weights are gathered from all."""
+        state_dict = self.accelerator.get_state_dict(self.model)  # policy.* and value_model.*, unsharded
         if self.accelerator.is_main_process:
-            self.accelerator.unwrap_model(self.model).value_model.save_pretrained(path)
+            prefix = "value_model."
+            weights = {name.removeprefix(prefix): value for name, value in state_dict.items() if name.startswith(prefix)}
+            self.accelerator.unwrap_model(self.model).value_model.save_pretrained(path, state_dict=weights)
 
     def resume(self, checkpoint, load_adapter=False):
         """Restore optimizer, scheduler, RNG, KL coefficient and progress from `checkpoint`.

@@ -8,6 +8,8 @@ import json
 import signal
 from collections import Counter
 
+import torch
+
 from conftest import run_script, start_script
 from test_cli_grpo import assert_ok, grpo_args
 from test_interruption import wait_for
@@ -77,9 +79,14 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     run = manifest(out)
     assert run["launches"][-1]["processes"] == 2
     assert (run["global_step"], run["episode"]) == (8, 32)
-    assert (out / "checkpoint-8" / "value_model" / "model.safetensors").exists()
     AutoModelForCausalLM.from_pretrained(out)
-    AutoModelForSequenceClassification.from_pretrained(out / "value_model")
+    # The value model was trained (it starts as the reward model), and the checkpoint of the last step holds the
+    # same weights as the final save: both go through the gathered state dict.
+    start, final, checkpoint = (AutoModelForSequenceClassification.from_pretrained(path).state_dict() for path in
+                                (tiny_models["reward_model"], out / "value_model", out / "checkpoint-8" / "value_model"))
+    assert start.keys() == final.keys() == checkpoint.keys()
+    assert any(not torch.equal(start[name], final[name]) for name in start)
+    assert all(torch.equal(final[name], checkpoint[name]) for name in final)
 
 
 def test_reward_model_on_two_processes(tiny_models, tmp_path):
