@@ -90,7 +90,8 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
             trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     except TrainingInterrupted as stop:
         _close_progress_bar(trainer)
-        # Only the main process writes the checkpoint, so only it can name it (another may still see the previous one).
+        # The main process writes trainer_state.json, which marks the checkpoint complete: only it can name the
+        # checkpoint for sure (another process may still find the previous one).
         if is_main_process():
             checkpoint = last_checkpoint(output_dir)
             print(
