@@ -25,7 +25,7 @@ PANELS = {
     "learning_rate": ("Learning rate", "no learning rate logged"),
     "reward": ("Mean reward", "no reward logged"),
     "kl": ("KL to the reference", "no KL logged: beta was 0 (GRPO)\nor the run has no reference model"),
-    "completion_length": ("Completion length (tokens)", "no completion length logged\n(PPO does not log one)"),
+    "completion_length": ("Completion length (tokens)", "no completion length logged\n(plain TRL PPO logs none)"),
     "entropy": ("Entropy", "no entropy logged"),
     "clip_ratio": ("Clip ratio", "no clip ratio logged"),
 }

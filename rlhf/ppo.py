@@ -9,6 +9,8 @@ that loop, `ResumablePPOTrainer` adds:
   episode count as an uninterrupted one;
 - `AdaptiveKLCallback`: the KL coefficient follows a target KL (Ziegler et al. 2019), logged as
   `objective/kl_coef` at every step.
+- `completions/mean_length`, `min_length`, `max_length` and `clipped_ratio`, under GRPO's names: TRL's PPO logs
+  no completion length, which is where length hacking shows.
 """
 
 import json
@@ -63,6 +65,19 @@ class AdaptiveKLCallback(TrainerCallback):
                                             self.horizon)
 
 
+def completion_lengths(completions, stop_token_id):
+    """Per completion: its tokens up to and including the first stop token, and whether it has none (clipped).
+
+    A clipped completion ran to --max_completion_length and counts whole. Without a stop token, all are clipped.
+    """
+    import torch
+
+    stops = torch.zeros_like(completions, dtype=torch.bool) if stop_token_id is None else completions == stop_token_id
+    clipped = ~stops.any(dim=1)
+    first_stop = stops.int().argmax(dim=1)  # the first True (0 where there is none)
+    return torch.where(clipped, completions.shape[1], first_stop + 1), clipped
+
+
 class _SkipFirstBatches:
     """A dataloader whose first pass leaves out the first `skip` batches (the ones already trained on).
 
@@ -101,6 +116,43 @@ class ResumablePPOTrainer(PPOTrainer):
     # transformers' Trainer.__init__ sets this, but TRL's PPOTrainer does not call it; saving reads it in every
     # process but the first of a multi-process run.
     is_distributed_loading_by_transformers = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # TRL generates inside its train() loop; wrapping the policy's generate() is how we see the completions.
+        self._lengths, self._clipped, self._recording = [], [], True
+        policy = self.accelerator.unwrap_model(self.model).policy
+        generate = policy.generate
+
+        def recording_generate(input_ids, **kwargs):
+            output = generate(input_ids=input_ids, **kwargs)
+            if self._recording:
+                lengths, clipped = completion_lengths(output.sequences[:, input_ids.shape[1]:], self.stop_token_id)
+                self._lengths.append(lengths)
+                self._clipped.append(clipped)
+            return output
+
+        policy.generate = recording_generate
+
+    def generate_completions(self, sampling=False):
+        self._recording = False  # TRL's sample table, drawn between steps: not training completions
+        try:
+            super().generate_completions(sampling)
+        finally:
+            self._recording = True
+
+    def log(self, logs, *args, **kwargs):
+        if "objective/kl" in logs and self._lengths:  # a training step's metrics, logged by every process
+            import torch
+
+            lengths = self.accelerator.gather_for_metrics(torch.cat(self._lengths)).float()
+            clipped = self.accelerator.gather_for_metrics(torch.cat(self._clipped)).float()
+            self._lengths, self._clipped = [], []
+            logs["completions/mean_length"] = lengths.mean().item()
+            logs["completions/min_length"] = lengths.min().item()
+            logs["completions/max_length"] = lengths.max().item()
+            logs["completions/clipped_ratio"] = clipped.mean().item()
+        super().log(logs, *args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
         # The value model and KL coefficient go in first: TRL writes trainer_state.json last, marking completion.

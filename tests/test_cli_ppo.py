@@ -28,6 +28,44 @@ def test_adaptive_kl_moves_toward_the_target():
     assert adaptive_kl_coef(0.1, kl=6.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1)
 
 
+def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
+    import torch
+
+    from rlhf.ppo import completion_lengths
+
+    eos = 2
+    completions = torch.tensor([[5, 6, eos, eos, eos],  # ended at its 3rd token; the rest is padding
+                                [eos, eos, eos, eos, eos],  # ended at once
+                                [5, 6, 7, 8, 9]])  # cut at the maximum length
+    lengths, clipped = completion_lengths(completions, eos)
+    assert lengths.tolist() == [3, 1, 5] and clipped.tolist() == [False, False, True]
+    lengths, clipped = completion_lengths(completions, None)  # no stop token: every completion runs to the end
+    assert lengths.tolist() == [5, 5, 5] and clipped.all()
+
+
+def eos_policy(source, path, eos_probability):
+    """A copy of the tiny policy that ends each token with EOS at `eos_probability` (at temperature 1)."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source)
+    with torch.no_grad():
+        for layer in model.model.layers:  # attention and MLP add nothing: the last hidden state is the token's own
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embeddings = model.model.embed_tokens.weight  # tied: also the output layer
+        embeddings.copy_(embeddings[0].expand_as(embeddings))  # one hidden state h after every token
+        h = model.model.norm(embeddings[:1])[0]
+        # EOS's logit this far above the others (all equal) gives it `eos_probability` after the softmax.
+        gap = math.log(eos_probability / (1 - eos_probability) * (len(embeddings) - 1))
+        embeddings[tokenizer.eos_token_id] += gap * h / h.dot(h)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -38,6 +76,9 @@ def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_model
     for tag in ("train/objective/scores", "train/loss/policy_avg", "train/loss/value_avg", "train/objective/kl_coef"):
         assert tag in logged
     assert all(value == pytest.approx(0.05) for _, value in logged["train/objective/kl_coef"])  # fixed without target
+    # The tiny random policy almost never says EOS: all 8 completions of 8 tokens are cut at the maximum.
+    for tag, expected in (("mean_length", 8), ("min_length", 8), ("max_length", 8), ("clipped_ratio", 1)):
+        assert [value for _, value in logged[f"train/completions/{tag}"]] == [expected] * 4
     AutoModelForCausalLM.from_pretrained(out)
     assert AutoModelForSequenceClassification.from_pretrained(out / "value_model").config.num_labels == 1
     manifest = json.loads((out / "run_manifest.json").read_text())
@@ -113,3 +154,15 @@ def test_reward_model_in_bfloat16_scores_finite_rewards(tiny_models, tmp_path, s
     assert_ok(run_script(script, *args, "--reward_model_dtype", "bfloat16"))
     rewards = [value for _, value in scalars(out)[tag]]
     assert rewards and all(math.isfinite(value) for value in rewards)
+
+
+def test_completion_length_is_logged_from_the_completions_as_generated(tiny_models, tmp_path):
+    # A policy that says EOS first almost surely (0.9999 per token): every completion is that one token long.
+    policy = eos_policy(tiny_models["policy"], tmp_path / "eos_policy", 0.9999)
+    out = tmp_path / "ppo_eos"
+    args = ppo_args(tiny_models, out, "--total_episodes", "8", "--temperature", "1")
+    args[args.index("--model_name_or_path") + 1] = policy
+    assert_ok(run_script("train_ppo.py", *args))
+    logged = scalars(out)
+    assert [value for _, value in logged["train/completions/mean_length"]] == [1] * 4
+    assert [value for _, value in logged["train/completions/clipped_ratio"]] == [0] * 4
