@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-PROBE = Path(__file__).resolve().parent / "probe"  # sitecustomize.py: peak memory and generated tokens per process
+PROBE = Path(__file__).resolve().parent / "probe"  # sitecustomize.py: peak memory per process
 RUNS = ("grpo", "grpo_lora", "grpo_vllm", "grpo_vllm_lora", "trl_grpo", "trl_grpo_lora", "ppo", "ppo_lora")
 LORA = ["--lora_r", "16", "--lora_alpha", "32", "--lora_target_modules", "q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -93,8 +93,8 @@ def main(argv=None):
     results = []
     for repeat in range(args.repeats):
         for name in args.runs:
-            command, env = build_command(name, args, grpo_flags, common, policy, reward_model, completions_per_step)
-            result = measure(name, command, env, work / f"{name}_{repeat}", completions_per_step, args)
+            command = build_command(name, args, grpo_flags, common, policy, reward_model, completions_per_step)
+            result = measure(name, command, work / f"{name}_{repeat}", completions_per_step, args)
             result["repeat"] = repeat
             results.append(result)
             print(format_row(result), flush=True)
@@ -161,9 +161,8 @@ def shipped_rows():
 
 
 def build_command(name, args, grpo_flags, common, policy, reward_model, completions_per_step):
-    """The command line of one run, and extra environment for the probe."""
+    """The command line of one run."""
     lora = name.endswith("_lora")
-    env = {}
     if name.startswith("trl_grpo"):
         # `python -m trl.cli.main` is the `trl` command itself, found the same way on Linux and Windows.
         command = [sys.executable, "-m", "trl.cli.main", "grpo", *grpo_flags, "--reward_model_name_or_path",
@@ -179,8 +178,7 @@ def build_command(name, args, grpo_flags, common, policy, reward_model, completi
                    "--total_episodes", (args.warmup_steps + args.steps) * completions_per_step,
                    "--per_device_train_batch_size", completions_per_step, "--gradient_accumulation_steps", "1",
                    "--num_sample_generations", "0", *(["--use_lora", *LORA] if lora else [])]
-        env["BENCH_COUNT_GENERATE"] = "1"
-    return [str(part) for part in command], env
+    return [str(part) for part in command]
 
 
 ################
@@ -188,14 +186,14 @@ def build_command(name, args, grpo_flags, common, policy, reward_model, completi
 ################
 
 
-def measure(name, command, env, run_dir, completions_per_step, args):
+def measure(name, command, run_dir, completions_per_step, args):
     stats_dir = run_dir / "stats"
     stats_dir.mkdir(parents=True, exist_ok=True)
     output_dir = run_dir / "output"
     command = [*command, "--output_dir", str(output_dir)]
     # The same CPU thread count for every run: `trl grpo` goes through `accelerate launch`, which otherwise sets
     # OMP_NUM_THREADS=1 for the training process on a machine without a GPU.
-    env = {**os.environ, **env, "OMP_NUM_THREADS": str(args.threads), "BENCH_STATS_DIR": str(stats_dir),
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "BENCH_STATS_DIR": str(stats_dir),
            "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(PROBE), os.environ.get("PYTHONPATH", "")])}
     start = time.perf_counter()
@@ -212,11 +210,7 @@ def measure(name, command, env, run_dir, completions_per_step, args):
     steps = logged_steps(output_dir)
     measured = [step for step in steps if step["step"] > args.warmup_steps]
     durations = [step["seconds"] for step in measured]
-    if name.startswith("ppo"):
-        calls = [call for process in processes for call in process["generated"]]
-        tokens = [sum(n for t, n in calls if step["start"] < t <= step["end"]) for step in measured]
-    else:
-        tokens = [step["mean_length"] * completions_per_step for step in measured]
+    tokens = [step["mean_length"] * completions_per_step for step in measured]
     seconds_per_step = statistics.median(durations)
     prompts_per_step = completions_per_step if name.startswith("ppo") else args.prompts_per_step
     result.update(
