@@ -44,7 +44,7 @@ def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
 
 
 def eos_policy(source, path, eos_probability):
-    """A copy of the tiny policy that ends each token with EOS at `eos_probability` (at temperature 1)."""
+    """A copy of the tiny policy that samples EOS with probability `eos_probability` at every token (temperature 1)."""
     import math
 
     import torch
@@ -56,7 +56,7 @@ def eos_policy(source, path, eos_probability):
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
         embeddings = model.model.embed_tokens.weight  # tied: also the output layer
-        embeddings.copy_(embeddings[0].expand_as(embeddings))  # one hidden state h after every token
+        embeddings.copy_(embeddings[0].clone().expand_as(embeddings))  # one hidden state h after every token
         h = model.model.norm(embeddings[:1])[0]
         # EOS's logit this far above the others (all equal) gives it `eos_probability` after the softmax.
         gap = math.log(eos_probability / (1 - eos_probability) * (len(embeddings) - 1))
