@@ -185,7 +185,8 @@ class ResumablePPOTrainer(PPOTrainer):
         state_dict = self.accelerator.get_state_dict(self.model)  # policy.* and value_model.*, unsharded
         if self.accelerator.is_main_process:
             prefix = "value_model."
-            weights = {name.removeprefix(prefix): value for name, value in state_dict.items() if name.startswith(prefix)}
+            weights = {name.removeprefix(prefix): tensor for name, tensor in state_dict.items()
+                       if name.startswith(prefix)}
             self.accelerator.unwrap_model(self.model).value_model.save_pretrained(path, state_dict=weights)
 
     def resume(self, checkpoint, load_adapter=False):
