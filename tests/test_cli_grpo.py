@@ -145,4 +145,3 @@ def test_dataset_without_known_columns_is_refused(tiny_models, tmp_path):
     result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--dataset_name", data))
     assert result.returncode == 2
     assert "instruction" in result.stderr and "Traceback" not in result.stderr
-

@@ -110,4 +110,3 @@ def test_frozen_reward_model_dtype_follows_bf16_training_unless_set():
     assert reward_model_dtype("float32", "float32", bf16=True) == "float32"
     with pytest.raises(UserError, match="--reward_model_dtype float8"):
         reward_model_dtype("float8", "float32", bf16=False)
-
