@@ -228,7 +228,7 @@ def measure(name, command, run_dir, completions_per_step, args):
 
 
 def logged_steps(output_dir):
-    """Per optimizer step, from the TensorBoard log: when it ended, how long it took, its mean completion length.
+    """Per optimizer step, from the TensorBoard log: how long it took and its mean completion length.
 
     A step's duration is the time between its log entry and the previous step's (all entries are written at the
     end of their step), so the first step, which also holds the start-up, has none and is never measured.
@@ -245,8 +245,8 @@ def logged_steps(output_dir):
         if "train/completions/mean_length" in tags:
             lengths.update({event.step: event.value for event in accumulator.Scalars("train/completions/mean_length")})
     steps = sorted(ends)
-    return [{"step": step, "start": ends[prev], "end": ends[step], "seconds": ends[step] - ends[prev],
-             "mean_length": lengths.get(step)} for prev, step in zip(steps, steps[1:])]
+    return [{"step": step, "seconds": ends[step] - ends[prev], "mean_length": lengths.get(step)}
+            for prev, step in zip(steps, steps[1:])]
 
 
 def scoring_throughput(reward_model, completion_tokens, dtype, count=64, batch_size=16):
