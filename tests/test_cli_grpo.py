@@ -5,34 +5,8 @@ import shutil
 
 import pytest
 
-from conftest import run_script
+from conftest import assert_ok, grpo_args, run_script, scalars
 from rlhf import tiny
-
-SMALL = ["--max_completion_length", "8", "--num_generations", "2", "--prompts_per_step", "2",
-         "--per_device_train_batch_size", "4", "--save_steps", "2", "--seed", "0"]
-
-
-def grpo_args(models, output_dir, *extra, reward_model=None):
-    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
-            "--dataset_name", models["prompts"], "--output_dir", output_dir, *SMALL, *extra]
-
-
-def scalars(output_dir):
-    """Every scalar logged to TensorBoard under `output_dir`, as {tag: [(step, value), ...]}."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    values = {}
-    for events in output_dir.rglob("events.out.tfevents.*"):
-        accumulator = EventAccumulator(str(events))
-        accumulator.Reload()
-        for tag in accumulator.Tags()["scalars"]:
-            values.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
-    return values
-
-
-def assert_ok(result):
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
 
 def test_help_exits_zero():
     result = run_script("train_grpo.py", "--help")

@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from conftest import run_script
+from conftest import assert_ok, grpo_args, run_script, scalars
 from rlhf import tiny
-from test_cli_grpo import assert_ok, grpo_args, scalars
 
 SMALL = ["--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "4", "--eval_samples", "6", "--save_steps", "2"]
 

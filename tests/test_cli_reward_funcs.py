@@ -2,9 +2,8 @@
 
 import json
 
-from conftest import run_script
+from conftest import assert_ok, grpo_args, run_script, scalars
 from rlhf import tiny
-from test_cli_grpo import assert_ok, grpo_args, scalars
 
 MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
 CUSTOM = '''

@@ -10,10 +10,7 @@ from collections import Counter
 
 import torch
 
-from conftest import run_script, start_script
-from test_cli_grpo import assert_ok, grpo_args
-from test_interruption import wait_for
-from test_cli_ppo import ppo_args
+from conftest import assert_ok, grpo_args, ppo_args, run_script, start_script, wait_for
 
 # A reward function that records, per process, which prompts it scored (and scores 0, so training is unchanged).
 PROBE = '''

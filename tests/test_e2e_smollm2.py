@@ -9,8 +9,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, run_script
-from test_cli_grpo import assert_ok, scalars
+from conftest import ROOT, assert_ok, run_script, scalars
 
 DATA = ROOT / "data" / "preferences.jsonl"
 

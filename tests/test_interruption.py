@@ -2,21 +2,11 @@
 
 import json
 import signal
-import time
 
 import torch
 
-from conftest import start_script
+from conftest import assert_ok, grpo_args, run_script, start_script, wait_for
 from rlhf import tiny
-from test_cli_grpo import assert_ok, grpo_args, run_script
-
-
-def wait_for(path, process, timeout=120):
-    deadline = time.time() + timeout
-    while not path.exists():
-        assert process.poll() is None, "the run ended before it could be interrupted"
-        assert time.time() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 def test_sigterm_saves_a_checkpoint_and_rerun_finishes_with_the_same_step_count(tiny_models, tmp_path):
