@@ -6,15 +6,10 @@ Every field of TRL's `GRPOConfig` (and of `transformers.TrainingArguments`) is a
 `--use-lora` and `--use_lora` are the same flag.
 """
 
-import warnings
 from dataclasses import dataclass, field
 
 from rlhf.run import launched_processes
 from rlhf.trl_compat import GRPOConfig, PPOConfig, RewardConfig
-
-# transformers 5.x renamed gradient_checkpointing to activation_checkpointing; TRL 1.12 still sets the old name, and
-# both flags keep working. Hide the rename notice that would otherwise open every run.
-warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
 REWARD_DTYPE_HELP = (
@@ -49,6 +44,22 @@ class ModelArguments:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
         metadata={"help": "Modules that get LoRA adapters (default: the attention projections)."},
     )
+    load_in_4bit: bool = field(
+        default=False,
+        metadata={
+            "help": "QLoRA: load the trained model's frozen weights in 4-bit NF4 (bitsandbytes; a CUDA GPU and "
+            "--use_lora needed). Saves memory; the LoRA adapter trains in bf16."
+        },
+    )
+
+    def __post_init__(self):
+        at_least(self, 1, "lora_r")
+        if self.lora_alpha <= 0:
+            raise ValueError(f"--lora_alpha must be > 0, got {self.lora_alpha}.")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
+        if self.load_in_4bit and not self.use_lora:
+            raise ValueError("--load_in_4bit trains a LoRA adapter on frozen 4-bit weights (QLoRA); add --use_lora.")
 
 
 @dataclass
@@ -68,6 +79,9 @@ class DataArguments:
         metadata={"help": "Use only the first N rows of the split (None or 0: all of them)."},
     )
 
+    def __post_init__(self):
+        at_least(self, 0, "max_samples")
+
 
 @dataclass
 class PromptDataArguments(DataArguments):
@@ -85,6 +99,10 @@ class PromptDataArguments(DataArguments):
         },
     )
 
+    def __post_init__(self):
+        super().__post_init__()
+        at_least(self, 1, "max_prompt_length")
+
 
 @dataclass
 class PreferenceDataArguments(DataArguments):
@@ -97,6 +115,10 @@ class PreferenceDataArguments(DataArguments):
             "end; 0 turns the held-out evaluation off."
         },
     )
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least(self, 0, "eval_samples")
 
 
 @dataclass
@@ -151,10 +173,21 @@ class _RunDefaults:
             self.use_cpu = True
         if self.bf16 is None:
             self.bf16 = _cuda_supports_bf16() and not self.use_cpu
+        if not _cuda_available():
+            self.dataloader_pin_memory = False  # pinned memory only helps a GPU; without one torch warns every run
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
         if getattr(self, "temperature", 1.0) <= 0:
             raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
+        if not 0 < getattr(self, "top_p", 1.0) <= 1:
+            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}.")
+        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
+                 "max_length", "num_ppo_epochs", "num_mini_batches", "total_episodes", "kl_horizon")
+        for name in ("num_train_epochs", "logging_steps", "save_steps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}.")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"--max_steps must be >= 1 (or -1: train --num_train_epochs), got {self.max_steps}.")
         super().__post_init__()
 
 
@@ -206,6 +239,8 @@ class GRPOTrainingConfig(_RunDefaults, GRPOConfig):
     def __post_init__(self):
         if self.prompts_per_step < 0:
             raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
+        at_least(self, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
+        at_least(self, 1, "per_device_train_batch_size")
         if self.prompts_per_step:
             # Translate prompts into TRL's completion-counted batch before TRL derives its generation batch from it.
             world_size = launched_processes()
@@ -361,10 +396,18 @@ class EvalArguments:
     output_file: str = field(default="evaluation_results.json", metadata={"help": "Where the JSON report goes."})
 
     def __post_init__(self):
-        if self.num_prompts < 1 or self.num_completions < 1 or self.max_new_tokens < 1 or self.batch_size < 1:
-            raise ValueError("--num_prompts, --num_completions, --max_new_tokens and --batch_size must be >= 1.")
+        at_least(self, 1, "num_prompts", "num_completions", "max_new_tokens", "batch_size", "max_prompt_length")
+        at_least(self, 0, "train_samples")
         if self.temperature <= 0:
             raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
+
+
+def at_least(config, minimum, *names):
+    """Refuse (one line naming the flag) any of `names` that `config` has, is set, and is below `minimum`."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None and value < minimum:
+            raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
 
 
 def _cuda_available() -> bool:

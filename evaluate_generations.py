@@ -1,4 +1,4 @@
-"""Sample completions from one or more models, score them with the reward model, rank and compare them.
+r"""Sample completions from one or more models, score them with the reward model, rank and compare them.
 
 Usage:
 
@@ -22,7 +22,7 @@ from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.evaluation import compare, generate, rank_labels, summarize
-from rlhf.models import adapter_base, check_model_source, load_causal_lm, load_tokenizer
+from rlhf.models import check_model_source, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
 from rlhf.run import versions
@@ -45,7 +45,7 @@ def main(args, rewards):
     # Held-out prompts, the same for every model
     ################
     baseline = args.model_path[0]
-    tokenizer = load_tokenizer(adapter_base(baseline) or baseline, args.trust_remote_code)
+    tokenizer = load_tokenizer(baseline, args.trust_remote_code)
     rows = load_rows(args.dataset_name, args.dataset_split)
     if len(rows) <= args.train_samples:
         raise UserError(
@@ -63,7 +63,8 @@ def main(args, rewards):
     ################
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, args.dtype,
+    scorer_dtype = reward_model_dtype(rewards.reward_model_dtype, args.dtype, bf16=False)
+    load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, scorer_dtype,
                                     args.trust_remote_code, device, args.batch_size)
     funcs = load_reward_funcs(rewards.reward_funcs, load_scorer, rewards.boxed_rewards)
     results = []

@@ -1,15 +1,16 @@
-"""Align a causal LM to a frozen reward model with GRPO (TRL's GRPOTrainer).
+r"""Align a causal LM to a frozen reward model with GRPO (TRL's GRPOTrainer).
 
 Usage:
 
     python train_grpo.py                                  # SmolLM2-135M-SFT-Only on the first 10k ORCA prompts
     python train_grpo.py --use-lora                       # LoRA adapter instead of all weights
-    python train_grpo.py --config recipes/grpo.yaml --learning_rate 1e-6
+    python train_grpo.py --config configs/grpo.yaml --learning_rate 1e-6
     python train_grpo.py --model_name_or_path ./my_sft --reward_model_path ./reward_model_output \
         --dataset_name prompts.jsonl --max_steps 100 --output_dir ./grpo_run
 
-Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one.
-`python train_grpo.py --help` lists every flag (all of TRL's GRPOConfig fields pass through).
+Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one; on a finished run
+it has nothing to do, and with a higher --max_steps (or --num_train_epochs) it continues the run.
+`--model_name_or_path` may be a LoRA adapter folder: training starts from it merged into its base.
 """
 
 import functools
@@ -18,25 +19,29 @@ import logging
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config, reward_model_dtype
+from rlhf.models import (check_4bit, check_model_source, load_kwargs, load_tokenizer, lora_config,
+                         reward_model_dtype, trainable_model_path)
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
-from rlhf.run import is_main_process, mark_finished, prepare_output_dir, write_manifest
+from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
 
 def main(model_args, data_args, reward_args, training_args):
+    configs = (model_args, data_args, reward_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
     if "reward_model" in reward_args.reward_funcs:
         check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
     scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, training_args.bf16)
+    check_4bit(model_args.load_in_4bit)
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
-    training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code)
-    resume_from = prepare_output_dir(training_args.output_dir)
+    training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,
+                                                  model_args.load_in_4bit)
+    launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)
 
     from transformers import set_seed
 
@@ -61,18 +66,17 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     # Training
     ################
-    write_manifest(
-        training_args.output_dir, "train_grpo.py", (model_args, data_args, reward_args, training_args), resume_from
-    )
+    record_launch(training_args.output_dir, "train_grpo.py", configs, launch)
     trainer = GRPOTrainer(
-        model=model_args.model_name_or_path,
+        model=str(trainable_model_path(model_args.model_name_or_path, training_args.output_dir,
+                                       training_args.trust_remote_code)),
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=lora_config(model_args),
     )
-    guarded_train(trainer, training_args.output_dir, resume_from)
+    guarded_train(trainer, training_args.output_dir, launch.checkpoint)
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
     trainer.save_model(training_args.output_dir)

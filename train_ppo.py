@@ -1,4 +1,4 @@
-"""Align a causal LM to a frozen reward model with PPO (TRL 1.12's experimental PPOTrainer).
+r"""Align a causal LM to a frozen reward model with PPO (TRL 1.12's experimental PPOTrainer).
 
 Four models: the policy (trained), a frozen reference (KL penalty), the frozen reward model and a value model
 (trained, starting from the reward model). With LoRA the reference is the policy with its adapter disabled.
@@ -11,7 +11,8 @@ Usage:
     python train_ppo.py --config my_ppo.yaml --total_episodes 2000
 
 The reward model must share the policy's tokenizer: PPO feeds it the policy's token ids (GRPO has no such limit).
-Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one.
+Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one; on a finished run
+it has nothing to do, and with a higher --total_episodes (or --num_train_epochs) it continues the run.
 """
 
 import logging
@@ -20,27 +21,31 @@ from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.guard import guarded_train
-from rlhf.models import check_model_source, load_kwargs, load_tokenizer, lora_config, reward_model_dtype
+from rlhf.models import (check_4bit, check_model_source, load_kwargs, load_sequence_classifier, load_tokenizer,
+                         lora_config, reward_model_dtype, trainable_model_path)
 from rlhf.ppo import VALUE_MODEL_DIR, AdaptiveKLCallback, ResumablePPOTrainer, check_same_tokenizer
 from rlhf.reward import REWARD_HINT, ensure_distinct_pad, load_reward_model
-from rlhf.run import is_main_process, mark_finished, prepare_output_dir, write_manifest
+from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
 
 def main(model_args, data_args, training_args):
+    configs = (model_args, data_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
     policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_path
     value_path = training_args.value_model_path or reward_path
     check_model_source(policy_path, "model", "--model_name_or_path")
     check_model_source(reward_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_model_source(value_path, "value model", "--value_model_path")
+    check_4bit(model_args.load_in_4bit)
     weights = load_kwargs(model_args.dtype, training_args.trust_remote_code)
     scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, training_args.bf16)
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
-    check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path")
-    check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path")
-    resume_from = prepare_output_dir(training_args.output_dir)
+    check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path", training_args.trust_remote_code)
+    check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)
+    launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)
+    resume_from = launch.checkpoint
 
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, set_seed
+    from transformers import AutoModelForCausalLM, set_seed
 
     set_seed(training_args.seed)
     # TRL's PPO masks every pad-id token, so a pad equal to EOS would hide the prompt's end-of-turn tokens.
@@ -50,7 +55,7 @@ def main(model_args, data_args, training_args):
     # Dataset: chat-templated prompts, tokenized
     ################
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
-    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length)
+    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
     train_dataset = prompts.map(
         lambda row: tokenizer(
             tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False),
@@ -63,12 +68,15 @@ def main(model_args, data_args, training_args):
     ################
     # Models (from the checkpoint when resuming)
     ################
+    record_launch(training_args.output_dir, "train_ppo.py", configs, launch)
+    start = trainable_model_path(policy_path, training_args.output_dir, training_args.trust_remote_code)
     full_resume = resume_from and not model_args.use_lora
-    policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else policy_path, **weights)
-    ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(policy_path, **weights)
+    policy_weights = load_kwargs(model_args.dtype, training_args.trust_remote_code, model_args.load_in_4bit)
+    policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
+    ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(start, **weights)
     reward_model, _ = load_reward_model(reward_path, scorer_dtype, training_args.trust_remote_code)
     value_source = resume_from / VALUE_MODEL_DIR if resume_from else value_path
-    value_model = AutoModelForSequenceClassification.from_pretrained(value_source, num_labels=1, **weights)
+    value_model = load_sequence_classifier(value_source, model_args.dtype, training_args.trust_remote_code)
     for model in (reward_model, value_model):
         model.config.pad_token_id = tokenizer.pad_token_id
     # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
@@ -77,7 +85,6 @@ def main(model_args, data_args, training_args):
     ################
     # Training
     ################
-    write_manifest(training_args.output_dir, "train_ppo.py", (model_args, data_args, training_args), resume_from)
     trainer = ResumablePPOTrainer(
         args=training_args,
         processing_class=tokenizer,

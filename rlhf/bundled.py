@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from rlhf.cli import UserError
+from rlhf.errors import UserError
 
 BUNDLED_NAME = "bundled/SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

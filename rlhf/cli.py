@@ -1,32 +1,89 @@
-"""Command-line parsing and the one-line errors a user can cause.
+"""Command-line parsing, a `--help` a person can read, and the one-line errors a user can cause.
 
 A mistake a user can make (bad path, typo in a flag or YAML key, values that cannot work together) ends in
 one line on stderr that names the value and the fix, with exit code 2 and no traceback. Bugs still raise.
 """
 
+import argparse
 import difflib
 import functools
+import os
 import sys
 from pathlib import Path
 
-import yaml
+from rlhf.errors import USER_ERROR_EXIT_CODE, NothingToDo, UserError
 
-from rlhf.trl_compat import TrlParser
+__all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
 
-USER_ERROR_EXIT_CODE = 2
+# The package's own flags, grouped, in the order `--help` lists them, before the long tail of TRL's and
+# transformers' options. A flag a script does not have is skipped.
+HELP_GROUPS = {
+    "Model": ("model_name_or_path", "model_path", "dtype", "load_in_4bit", "trust_remote_code"),
+    "LoRA": ("use_lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"),
+    "Data": ("dataset_name", "dataset_split", "max_samples", "train_samples", "eval_samples", "num_prompts",
+             "max_prompt_length", "system_prompt", "max_length"),
+    "Reward": ("reward_model_path", "reward_model_dtype", "reward_funcs", "reward_weights", "boxed_correct_reward",
+               "boxed_wrong_reward", "boxed_missing_reward", "value_model_path", "missing_eos_penalty"),
+    "Batch and generation": ("prompts_per_step", "prompts_per_generation", "num_generations", "num_completions",
+                             "per_device_train_batch_size", "gradient_accumulation_steps", "batch_size",
+                             "max_completion_length", "max_new_tokens", "temperature", "top_p"),
+    "Optimization": ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps",
+                     "total_episodes", "beta", "epsilon", "num_ppo_epochs", "kl_coef", "target_kl", "kl_horizon",
+                     "gamma", "lam", "cliprange", "bf16", "tf32", "gradient_checkpointing", "seed"),
+    "Output": ("output_dir", "output_file", "log_dir", "output", "csv", "smoothing", "extra", "logging_steps",
+               "save_steps", "save_total_limit", "report_to", "resume_from_checkpoint"),
+}
+TAIL_TITLE = "All other options (TRL's and transformers' training arguments; rarely needed)"
 
 
-class UserError(Exception):
-    """A problem the user can fix; reported as `error: <message>` and exit code 2."""
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the usage examples of a script's docstring as written, and shows each flag's default."""
+
+
+class Parser:
+    """TRL's `TrlParser` (defaults < `--config file.yaml` < flags) with one-line errors and grouped help."""
+
+    def __init__(self, dataclass_types, description=None):
+        from rlhf.trl_compat import TrlParser
+
+        class _Parser(TrlParser):
+            def error(self, message):  # argparse would print the usage and exit: one line instead
+                raise UserError(f"{message}; see --help")
+
+        self.parser = _Parser(dataclass_types, description=description, formatter_class=_HelpFormatter,
+                              usage="python %(prog)s [--config FILE.yaml] [--flag value ...]")
+        _group_help(self.parser)
+        self.known = {action.dest for action in self.parser._actions}
+
+    def parse(self, args):
+        args = list(args)
+        config = {}
+        for i, arg in enumerate(args):
+            if arg == "--config" or arg.startswith("--config="):
+                path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else None)
+                config = _read_config(path, self.known)
+                del args[i : i + (1 if "=" in arg else 2)]
+                break
+        _check_flags(args, self.known)
+        for key, value in (config.pop("env", None) or {}).items():  # TRL's `env:` section: environment variables
+            os.environ[key] = str(value)
+        try:
+            self.parser.set_defaults_with_config(**config)
+            return self.parser.parse_args_into_dataclasses(args)
+        except ValueError as error:  # raised by HfArgumentParser and by the configs' __post_init__ checks
+            raise UserError(str(error).splitlines()[0]) from None
 
 
 def exit_on_user_error(main):
-    """Decorate a script's `main()` so that a `UserError` ends in one line and exit code 2."""
+    """Decorate a script's `main()`: a `UserError` ends in one line and exit code 2, `NothingToDo` in one, exit 0."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
         try:
             return main(*args, **kwargs)
+        except NothingToDo as done:
+            print(done)
+            sys.exit(0)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(USER_ERROR_EXIT_CODE)
@@ -37,25 +94,46 @@ def exit_on_user_error(main):
 def parse_args(dataclass_types, args=None, description=None):
     """Parse flags into `dataclass_types` (defaults < `--config file.yaml` < command line).
 
-    Wraps `TrlParser.parse_args_and_config` so that a missing config file, an unknown key or flag, and a value
-    rejected by a config's `__post_init__` become `UserError`s.
+    A missing config file, an unknown key or flag, a value of the wrong type and a value rejected by a config's
+    `__post_init__` become `UserError`s. YAML keys, like flags, may be written with `-` or `_`.
     """
-    parser = TrlParser(dataclass_types, description=description)
-    args = list(sys.argv[1:] if args is None else args)
-    known = {action.dest for action in parser._actions} | {"env"}
-    if "--config" in args:
-        _check_config_file(args[args.index("--config") + 1 :][:1], known)
-    _check_flags(args, known)
-    try:
-        return parser.parse_args_and_config(args)
-    except ValueError as error:  # raised by HfArgumentParser and by the configs' __post_init__ checks
-        raise UserError(str(error).splitlines()[0]) from None
+    return Parser(dataclass_types, description).parse(sys.argv[1:] if args is None else args)
 
 
-def _check_config_file(path_arg, known):
-    if not path_arg:
-        raise UserError("--config needs a path to a YAML file, e.g. --config recipes/grpo.yaml")
-    path = Path(path_arg[0])
+def _group_help(parser):
+    """List the package's own flags first, in `HELP_GROUPS`, then everything else under `TAIL_TITLE`.
+
+    argparse prints its groups in the order of `_action_groups`, each with its `_group_actions`: moving actions
+    between groups is how flags declared in one dataclass (ours subclass TRL's configs) are listed apart.
+    """
+    by_dest = {action.dest: action for action in parser._actions}
+    tail = next(group for group in parser._action_groups if group.title == "options")
+    tail.title = TAIL_TITLE
+    first = []
+    for title, names in HELP_GROUPS.items():
+        actions = [by_dest[name] for name in names if name in by_dest]
+        if actions:
+            group = parser.add_argument_group(title)
+            for action in actions:
+                for old in parser._action_groups:
+                    if action in old._group_actions:
+                        old._group_actions.remove(action)
+                group._group_actions.append(action)
+            first.append(group)
+    others = [group for group in parser._action_groups if group not in first and group is not tail]
+    parser._action_groups[:] = [*others, *first, tail]
+    if first:  # -h/--help opens the first group rather than closing the long tail
+        tail._group_actions.remove(by_dest["help"])
+        first[0]._group_actions.insert(0, by_dest["help"])
+
+
+def _read_config(path, known):
+    """The YAML file of `--config` as {flag name: value}, keys with `-` read as `_`."""
+    import yaml
+
+    if not path:
+        raise UserError("--config needs a path to a YAML file, e.g. --config configs/grpo.yaml")
+    path = Path(path)
     if not path.is_file():
         raise UserError(f"config file {path} does not exist; check the path given to --config")
     try:
@@ -66,18 +144,22 @@ def _check_config_file(path_arg, known):
         raise UserError(f"config file {path} is not valid YAML{where}; fix the syntax there") from None
     if not isinstance(config, dict):
         raise UserError(f"config file {path} must hold a YAML mapping of flag names to values (key: value lines)")
-    for key in config:
-        if key not in known:
-            raise UserError(f"unknown key '{key}' in {path}{_did_you_mean(str(key), known)}; see --help for names")
+    normalized = {}
+    for key, value in config.items():
+        name = str(key).replace("-", "_")
+        if name not in known and name != "env":
+            raise UserError(f"unknown key '{key}' in {path}{_did_you_mean(name, known)}; see --help for names")
+        normalized[name] = value
+    return normalized
 
 
 def _check_flags(args, known):
     for arg in args:
-        if arg.startswith("--") and arg != "--config":
+        if arg.startswith("--"):
             name = arg[2:].split("=", 1)[0].replace("-", "_")
             if name.startswith("no_") and name[3:] in known:
                 continue
-            if name not in known and name != "help":
+            if name not in known:
                 raise UserError(f"unknown flag {arg.split('=', 1)[0]}{_did_you_mean(name, known)}; see --help")
 
 

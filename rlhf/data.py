@@ -10,9 +10,10 @@ model's chat template applies.
 """
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
 
-from rlhf.cli import UserError
+from rlhf.errors import UserError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +22,10 @@ SCHEMAS = ("orca", "orca_messages", "prompt", "question")
 
 
 def load_rows(dataset_name, split="train", max_samples=None):
-    """Load `split` of a Hub dataset or a local file/folder, keeping the first `max_samples` rows."""
+    """Load `split` of a Hub dataset or a local file/folder, keeping the first `max_samples` rows.
+
+    A file that cannot be read, or that holds no rows, is a `UserError` naming it, whatever the format.
+    """
     import datasets
 
     path = Path(dataset_name)
@@ -29,15 +33,29 @@ def load_rows(dataset_name, split="train", max_samples=None):
         kind = LOCAL_FORMATS.get(path.suffix.lower())
         if kind is None:
             raise UserError(f"dataset file {path} has an unsupported extension; use one of {sorted(LOCAL_FORMATS)}")
-        try:
+        if split != "train":
+            raise UserError(
+                f"dataset file {path} has a single split, 'train'; drop --dataset_split {split}, or give a folder "
+                f"holding {split}.jsonl (or a Hub dataset) that has that split"
+            )
+        if not path.read_bytes().strip():
+            raise UserError(f"dataset file {path} is empty; it needs one row per prompt (or preference pair)")
+        with _read_errors(dataset_name):
             dataset = datasets.load_dataset(kind, data_files=str(path), split="train")
-        except ValueError:  # datasets' answer to a file with no rows ("... corresponds to no data")
-            raise UserError(f"dataset {dataset_name} has no rows; check the file") from None
     elif path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
-        dataset = datasets.load_from_disk(str(path))  # a folder written by Dataset.save_to_disk
+        with _read_errors(dataset_name):
+            dataset = datasets.load_from_disk(str(path))  # a folder written by Dataset.save_to_disk
         if isinstance(dataset, datasets.DatasetDict):
             dataset = _pick_split(dataset, split, dataset_name)
-    elif looks_like_local_path(dataset_name) and not path.exists():
+    elif path.is_dir():
+        if not any(file.suffix.lower() in LOCAL_FORMATS for file in path.rglob("*") if file.is_file()):
+            raise UserError(
+                f"dataset folder {path} holds no data files ({', '.join(sorted(LOCAL_FORMATS))}) and no dataset "
+                "saved with save_to_disk; point --dataset_name at a data file or at such a folder"
+            )
+        with _read_errors(dataset_name):
+            dataset = _pick_split(datasets.load_dataset(str(path)), split, dataset_name)
+    elif looks_like_local_path(dataset_name):
         raise UserError(f"dataset {dataset_name} does not exist; give an existing file or folder, or a Hub name")
     else:
         try:
@@ -52,6 +70,29 @@ def load_rows(dataset_name, split="train", max_samples=None):
     if len(dataset) == 0:
         raise UserError(f"dataset {dataset_name} (split '{split}') has no rows")
     return dataset
+
+
+@contextmanager
+def _read_errors(dataset_name):
+    """Turn what `datasets` raises for an empty or malformed local dataset into one line naming it.
+
+    An empty JSON file raises StopIteration, a header-only CSV or 0-row parquet a ValueError ("corresponds to no
+    data"), an empty saved dataset an IndexError, a malformed file a DatasetGenerationError.
+    """
+    import datasets
+
+    try:
+        yield
+    except (StopIteration, IndexError):
+        raise UserError(f"dataset {dataset_name} has no rows; check the file(s)") from None
+    except ValueError as error:
+        if "corresponds to no data" not in str(error):
+            raise
+        raise UserError(f"dataset {dataset_name} has no rows (a header alone, or an empty table)") from None
+    except datasets.exceptions.DatasetGenerationError as error:
+        cause = error.__cause__ or error
+        raise UserError(f"cannot read dataset {dataset_name} ({type(cause).__name__}: {first_line(cause)}); check "
+                        "that it is valid JSON lines, JSON, CSV or parquet") from None
 
 
 def _pick_split(dataset_dict, split, dataset_name):

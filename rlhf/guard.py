@@ -13,12 +13,10 @@ import sys
 
 from transformers import TrainerCallback
 
-from rlhf.cli import USER_ERROR_EXIT_CODE, UserError
-from rlhf.reward import NonFiniteError
+from rlhf.errors import NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
 from rlhf.run import is_main_process, last_checkpoint
 
 INTERRUPTED_EXIT_CODE = 130
-NON_FINITE_EXIT_CODE = 1
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
 WATCHED = ("loss", "grad_norm", "loss/policy_avg", "loss/value_avg")
 

@@ -8,7 +8,7 @@ import csv
 import math
 from pathlib import Path
 
-from rlhf.cli import UserError
+from rlhf.errors import UserError
 
 EVENTS_GLOB = "events.out.tfevents.*"
 # Column -> the tags that fill it (without the `train/` prefix), first match wins. GRPO/reward model, then PPO.

@@ -6,26 +6,38 @@ folders go through `from_pretrained` alike.
 
 from pathlib import Path
 
-from rlhf.cli import UserError
+from rlhf.errors import UserError, first_line
 from rlhf.data import looks_like_local_path
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
-def check_model_source(name_or_path, what, flag, hint=""):
-    """Fail early on a local model folder that does not exist or holds no `config.json`.
+START_MODEL_DIR = "start_model"
 
-    The bundled SmolLM2 (`bundled/SmolLM2-135M-Instruct`) is converted here on first use.
+
+def check_model_source(name_or_path, what, flag, hint=""):
+    """Fail early on a local model that does not exist, is a file, or is a folder with no model in it.
+
+    A LoRA adapter folder (`adapter_config.json`) counts as a model: its base is checked in turn. The bundled
+    SmolLM2 (`bundled/SmolLM2-135M-Instruct`) is converted here on first use.
     """
     from rlhf.bundled import ensure_bundled, is_bundled
 
     if is_bundled(name_or_path):
         ensure_bundled(name_or_path)
     path = Path(name_or_path).expanduser()
+    if path.is_file():
+        raise UserError(f"{what} {name_or_path} is a file; point {flag} at a model folder (with config.json) or a "
+                        f"Hub id{hint}")
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise UserError(f"{what} folder {name_or_path} has no config.json; point {flag} at a saved model{hint}")
-    elif looks_like_local_path(name_or_path) or path.exists():
+        base = adapter_base(path)
+        if base is not None:
+            check_model_source(base, f"base model of the adapter {name_or_path}",
+                               f"base_model_name_or_path in {path / 'adapter_config.json'}")
+        elif not (path / "config.json").is_file():
+            raise UserError(f"{what} folder {name_or_path} has no config.json (nor adapter_config.json); point "
+                            f"{flag} at a saved model{hint}")
+    elif looks_like_local_path(name_or_path):
         raise UserError(f"{what} {name_or_path} does not exist; check {flag}{hint}")
 
 
@@ -35,7 +47,7 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            name_or_path, padding_side=padding_side, trust_remote_code=trust_remote_code
+            tokenizer_source(name_or_path), padding_side=padding_side, trust_remote_code=trust_remote_code
         )
     except OSError as error:
         raise UserError(
@@ -51,30 +63,80 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
     return tokenizer
 
 
-def adapter_base(path):
-    """The base model of a LoRA adapter folder, or None if `path` is not one."""
+def adapter_config(path):
+    """The `adapter_config.json` of a LoRA adapter folder as a dict, or None if `path` is not one."""
     config = Path(path) / "adapter_config.json"
     if not config.is_file():
         return None
     import json
 
-    return json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    return json.loads(config.read_text(encoding="utf-8"))
+
+
+def adapter_base(path):
+    """The base model of a LoRA adapter folder, or None if `path` is not one."""
+    config = adapter_config(path)
+    return None if config is None else config.get("base_model_name_or_path")
+
+
+def tokenizer_source(path):
+    """Where a model's tokenizer is: the model itself, or the base of an adapter folder saved without one."""
+    base = adapter_base(path)
+    has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
+    return base if base is not None and not has_tokenizer else path
 
 
 def load_causal_lm(path, dtype="float32", trust_remote_code=False):
     """A causal LM and its tokenizer (left padding); a LoRA adapter folder is loaded onto its base and merged."""
     from transformers import AutoModelForCausalLM
 
-    base = adapter_base(path)
-    if base is None:
+    if adapter_base(path) is None:
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dtype, trust_remote_code))
     else:
         from peft import AutoPeftModelForCausalLM
 
-        check_model_source(base, "base model of the adapter", f"base_model_name_or_path in {path}/adapter_config.json")
         model = AutoPeftModelForCausalLM.from_pretrained(path, **load_kwargs(dtype, trust_remote_code)).merge_and_unload()
-    has_tokenizer = (Path(path) / "tokenizer_config.json").is_file() or not Path(path).is_dir()
-    return model, load_tokenizer(path if has_tokenizer else base, trust_remote_code)
+    return model, load_tokenizer(path, trust_remote_code)
+
+
+def load_sequence_classifier(path, dtype="float32", trust_remote_code=False):
+    """A one-output sequence classifier (reward or value model); a LoRA adapter of one is merged into its base."""
+    from transformers import AutoModelForSequenceClassification
+
+    kwargs = load_kwargs(dtype, trust_remote_code)
+    config = adapter_config(path)
+    if config is None:
+        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs)
+    if config.get("task_type") != "SEQ_CLS":
+        raise UserError(
+            f"{path} is a LoRA adapter of a {config.get('task_type')} model, not of a sequence classifier "
+            "(task_type SEQ_CLS); train a reward model with `python train_reward_model.py`"
+        )
+    from peft import AutoPeftModelForSequenceClassification
+
+    return AutoPeftModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs).merge_and_unload()
+
+
+def trainable_model_path(name_or_path, output_dir, trust_remote_code=False):
+    """The path training starts from: `name_or_path`, or for a LoRA adapter folder, the adapter merged into its base.
+
+    The merge is written once to `output_dir/start_model` (float32), because TRL loads the policy and its frozen
+    reference copy by path: both must start from the merged weights. A resumed run finds it there.
+    """
+    if adapter_base(name_or_path) is None:
+        return name_or_path
+    from accelerate import PartialState
+
+    target = Path(output_dir) / START_MODEL_DIR
+    with PartialState().main_process_first():  # one process merges, the others wait and read
+        if not (target / "config.json").is_file():
+            print(f"Merging the adapter {name_or_path} into its base: the run starts from {target}.", flush=True)
+            model, tokenizer = load_causal_lm(name_or_path, "float32", trust_remote_code)
+            partial = target.with_name(target.name + ".partial")  # renamed at the end: never half-written
+            model.save_pretrained(partial)
+            tokenizer.save_pretrained(partial)
+            partial.replace(target)
+    return target
 
 
 def lora_config(model_args, task_type="CAUSAL_LM"):
@@ -96,9 +158,37 @@ def lora_config(model_args, task_type="CAUSAL_LM"):
     )
 
 
-def load_kwargs(dtype, trust_remote_code=False):
-    """Keyword arguments for every `from_pretrained` of weights: safetensors only, no remote code unless asked."""
-    return {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
+def load_kwargs(dtype, trust_remote_code=False, load_in_4bit=False):
+    """Keyword arguments for every `from_pretrained` of weights: safetensors only, no remote code unless asked.
+
+    `load_in_4bit` (QLoRA) adds a bitsandbytes NF4 config: frozen 4-bit weights, bf16 compute, double quantization,
+    as in the QLoRA paper. Call `check_4bit` first: it refuses a machine that cannot do it.
+    """
+    kwargs = {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
+    if load_in_4bit:
+        import torch
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+    return kwargs
+
+
+def check_4bit(load_in_4bit):
+    """QLoRA needs a CUDA GPU and bitsandbytes (an optional dependency): refuse in one line before anything loads."""
+    if not load_in_4bit:
+        return
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError("--load_in_4bit needs a CUDA GPU (bitsandbytes' 4-bit kernels) and none is visible here; drop "
+                        "it: --use_lora alone also trains with little memory")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError("--load_in_4bit needs bitsandbytes: pip install -r requirements-qlora.txt, or drop the flag")
 
 
 def torch_dtype(name, flag="--dtype"):
@@ -117,7 +207,3 @@ def reward_model_dtype(choice, dtype, bf16):
         return "bfloat16" if bf16 else dtype
     torch_dtype(choice, "--reward_model_dtype")
     return choice
-
-
-def first_line(error):
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

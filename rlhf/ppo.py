@@ -19,18 +19,20 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from rlhf.cli import UserError
+from rlhf.errors import UserError
 from rlhf.trl_compat import PPOTrainer
 
 VALUE_MODEL_DIR = "value_model"
 PPO_STATE = "ppo_state.json"
 
 
-def check_same_tokenizer(tokenizer, path, what, flag):
+def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
     """Refuse a reward or value model whose tokenizer differs from the policy's: PPO feeds it the policy's ids."""
     from transformers import AutoTokenizer
 
-    other = AutoTokenizer.from_pretrained(path)
+    from rlhf.models import tokenizer_source
+
+    other = AutoTokenizer.from_pretrained(tokenizer_source(path), trust_remote_code=trust_remote_code)
     if other.get_vocab() != tokenizer.get_vocab():
         raise UserError(
             f"{what} {path} uses another tokenizer than the policy {tokenizer.name_or_path}, but PPO feeds it the "

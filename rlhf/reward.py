@@ -7,9 +7,11 @@ that pad with EOS (SmolLM2's do) get `<|endoftext|>` or their unknown token as p
 """
 
 import math
+from pathlib import Path
 
-from rlhf.cli import UserError
-from rlhf.models import check_model_source, first_line, load_kwargs
+from rlhf.errors import NonFiniteError, UserError, first_line
+from rlhf.run import is_main_process
+from rlhf.models import adapter_base, check_model_source, load_sequence_classifier, tokenizer_source
 
 REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
 PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
@@ -51,23 +53,27 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
     """Load a frozen sequence-classification reward model and its own tokenizer.
 
     The model is put in eval mode with gradients off. Its `pad_token_id` is set from its tokenizer (made distinct
-    from EOS), because sequence classifiers read the score at the last token that is not padding.
+    from EOS), because sequence classifiers read the score at the last token that is not padding. A LoRA adapter
+    of a sequence classifier (`task_type` SEQ_CLS) is merged into its base.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except OSError as error:
-        raise UserError(f"cannot load reward model {path} ({first_line(error)}){REWARD_HINT}") from None
-    architectures = config.architectures or []
-    if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
-        raise UserError(
-            f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
-            f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
-        )
-    tokenizer = ensure_distinct_pad(AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code))
-    model = AutoModelForSequenceClassification.from_pretrained(path, **load_kwargs(dtype, trust_remote_code))
+    if adapter_base(path) is None:
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except OSError as error:
+            raise UserError(f"cannot load reward model {path} ({first_line(error)}){REWARD_HINT}") from None
+        architectures = config.architectures or []
+        if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
+            raise UserError(
+                f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
+                f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
+            )
+    tokenizer = ensure_distinct_pad(
+        AutoTokenizer.from_pretrained(tokenizer_source(path), trust_remote_code=trust_remote_code)
+    )
+    model = load_sequence_classifier(path, dtype, trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
     model.eval().requires_grad_(False)
     return model, tokenizer
@@ -100,15 +106,45 @@ def score_conversations(model, tokenizer, conversations, batch_size=16):
     return scores
 
 
+MIN_HELD_OUT = 4  # fewer held-out pairs than this measure nothing worth printing
+
+
+def held_out_size(num_pairs, requested):
+    """How many of `num_pairs` preference pairs to hold out for the accuracy, and a note when it is not `requested`.
+
+    What was asked, while it is at most a fifth of the pairs. On a smaller set, a tenth of it (at least MIN_HELD_OUT,
+    at most what was asked), as long as at least as many pairs are left to train on; below that, none.
+    """
+    if requested == 0:
+        return 0, "--eval_samples 0: no held-out accuracy is measured"
+    if requested * 5 <= num_pairs:
+        return requested, None
+    size = min(requested, max(MIN_HELD_OUT, num_pairs // 10))
+    if num_pairs - size < size:
+        return 0, (f"only {num_pairs} pairs, too few to hold out {size} and train on as many: no held-out accuracy "
+                   "can be measured and reward_accuracy.json is not written")
+    return size, f"a tenth of the {num_pairs} pairs: --eval_samples {requested} would leave too few to train on"
+
+
+def held_out_accuracy(model, tokenizer, pairs):
+    """Pairwise accuracy and mean scores of a reward model on held-out `chosen`/`rejected` conversations."""
+    chosen = score_conversations(model, tokenizer, pairs["chosen"])
+    rejected = score_conversations(model, tokenizer, pairs["rejected"])
+    margins = [c - r for c, r in zip(chosen, rejected)]
+    return {
+        "accuracy": pairwise_accuracy(chosen, rejected),
+        "num_pairs": len(pairs),
+        "mean_margin": sum(margins) / len(margins),
+        "mean_chosen_reward": sum(chosen) / len(chosen),
+        "mean_rejected_reward": sum(rejected) / len(rejected),
+    }
+
+
 def pairwise_accuracy(chosen_scores, rejected_scores):
     """Share of pairs whose chosen answer scores strictly higher than the rejected one (a tie counts as wrong)."""
     if len(chosen_scores) != len(rejected_scores) or not chosen_scores:
         raise ValueError("need the same, non-zero number of chosen and rejected scores")
     return sum(c > r for c, r in zip(chosen_scores, rejected_scores)) / len(chosen_scores)
-
-
-class NonFiniteError(RuntimeError):
-    """A reward or loss that is NaN or infinite: training stops rather than learn from it."""
 
 
 def check_finite(values, source, step):
@@ -146,3 +182,31 @@ class RewardModelScorer:
         step = trainer_state.global_step + 1 if trainer_state else "?"
         check_finite(scores, f"reward model {self.path}", step)
         return scores
+
+
+def save_reward_model(trainer, model_args, tokenizer, output_dir, trust_remote_code=False):
+    """Save the trained reward model as a plain sequence classifier (score head included) and return it.
+
+    With LoRA the adapter is merged first; a QLoRA adapter into a fresh full-precision copy of its base, not into
+    the 4-bit weights (that merge is lossy, and the saved model would need bitsandbytes to load).
+    Call it in every process: full weights are saved through the trainer, which gathers them under ZeRO-3 / FSDP.
+    """
+    if not model_args.use_lora:
+        model = trainer.model
+    elif not model_args.load_in_4bit:
+        model = trainer.model.merge_and_unload()
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as adapter:
+            trainer.model.save_pretrained(adapter)
+            model = load_sequence_classifier(adapter, model_args.dtype, trust_remote_code)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if not model_args.use_lora:
+        trainer.save_model(output_dir)
+    if is_main_process():
+        if model_args.use_lora:
+            model.save_pretrained(output_dir)
+            trainer.create_model_card(model_name=Path(output_dir).name)
+        tokenizer.save_pretrained(output_dir)
+    return model

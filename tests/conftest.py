@@ -1,6 +1,8 @@
+import importlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,80 @@ def start_script(script, *args, processes=1):
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.fixture
+def run_cli(capsys):
+    """Run a script's `cli()` inside the test process, as `run_script` runs it in a new one.
+
+    For what ends before training starts (user errors, a finished run): it skips the seconds a new process spends
+    importing torch, transformers and TRL. Returns a CompletedProcess (exit code, stdout, stderr).
+    """
+
+    def run(script, *args):
+        module = importlib.import_module(Path(script).stem)
+        args = [str(arg) for arg in args]
+        try:
+            module.cli(args)
+            code = 0
+        except SystemExit as stop:
+            code = stop.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
+
+
 def run_script(script, *args, timeout=600, cwd=ROOT, processes=1, env=None):
     """Run one of the package's scripts as a user would (from the repository root unless `cwd` is given)."""
     command, env = script_command(script, *args, processes=processes, env=env)
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# Small, fast settings of each training script on the tiny models.
+GRPO_SMALL = ["--max_completion_length", "8", "--num_generations", "2", "--prompts_per_step", "2",
+              "--per_device_train_batch_size", "4", "--save_steps", "2", "--seed", "0"]
+PPO_SMALL = ["--max_completion_length", "8", "--per_device_train_batch_size", "2", "--num_ppo_epochs", "1",
+             "--save_steps", "2", "--seed", "0"]
+
+
+def grpo_args(models, output_dir, *extra, reward_model=None):
+    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
+            "--dataset_name", models["prompts"], "--output_dir", output_dir, *GRPO_SMALL, *extra]
+
+
+def ppo_args(models, output_dir, *extra, reward_model=None):
+    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
+            "--dataset_name", models["prompts"], "--output_dir", output_dir, *PPO_SMALL, *extra]
+
+
+def assert_ok(result):
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def error_line(result):
+    """The one `error:` line of a run that a user error stopped (exit code 2, no traceback)."""
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    return errors[0]
+
+
+def scalars(output_dir):
+    """Every scalar logged to TensorBoard under `output_dir`, as {tag: [(step, value), ...]}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = {}
+    for events in Path(output_dir).rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            values.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
+    return values
+
+
+def wait_for(path, process, timeout=120):
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.05)

@@ -6,18 +6,7 @@ import signal
 
 import pytest
 
-from conftest import run_script, start_script
-from test_cli_grpo import assert_ok, grpo_args, scalars
-from test_interruption import wait_for
-
-SMALL = ["--max_completion_length", "8", "--per_device_train_batch_size", "2", "--num_ppo_epochs", "1",
-         "--save_steps", "2", "--seed", "0"]
-
-
-def ppo_args(models, output_dir, *extra, reward_model=None):
-    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
-            "--dataset_name", models["prompts"], "--output_dir", output_dir, *SMALL, *extra]
-
+from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars, start_script, wait_for
 
 def test_adaptive_kl_moves_toward_the_target():
     from rlhf.ppo import adaptive_kl_coef
@@ -114,7 +103,9 @@ def test_reward_model_with_another_tokenizer_is_refused_before_model_work(tiny_m
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("lora", [[], ["--use_lora"]], ids=["full", "lora"])
+# With LoRA the learning rate is high enough for a trained adapter's KL (about 1e-2 after two batches) to stand far
+# above a fresh adapter's (the reference itself: float noise, about 1e-7).
+@pytest.mark.parametrize("lora", [[], ["--use_lora", "--learning_rate", "1e-3"]], ids=["full", "lora"])
 def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models, tmp_path, lora):
     out = tmp_path / "ppo_resume"
     args = ppo_args(tiny_models, out, "--total_episodes", "40", "--target_kl", "6", "--kl_horizon", "10", *lora)
@@ -138,9 +129,9 @@ def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models
     resumed = dict(logged["train/objective/kl_coef"])[stopped_at + 1]
     assert resumed == pytest.approx(kl_coef_at_stop)  # the adaptive coefficient carried over
     if lora:
-        # A new adapter starts as the reference (KL exactly 0); the resumed one starts from the checkpoint's.
+        # A new adapter starts as the reference (KL 0 up to float noise); the resumed one from the checkpoint's.
         kl = dict(logged["train/objective/kl"])
-        assert kl[1] == 0.0 and kl[stopped_at + 1] != 0.0, kl
+        assert abs(kl[1]) < 1e-4 and abs(kl[stopped_at + 1]) > 1e-3, kl
 
 
 

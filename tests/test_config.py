@@ -64,6 +64,26 @@ def test_yaml_overrides_defaults_and_flags_override_yaml(tmp_path):
     assert model.use_lora is True
 
 
+def test_yaml_keys_may_be_spelled_with_dashes_like_flags(tmp_path):
+    config = tmp_path / "grpo.yaml"
+    config.write_text("use-lora: true\nlearning-rate: 2.0e-6\nmax_steps: 7\n")
+    model, _, _, train = parse("--config", str(config))
+    assert model.use_lora is True and train.learning_rate == 2e-6 and train.max_steps == 7
+
+
+def test_help_lists_the_package_flags_first_in_groups_then_the_rest():
+    from rlhf.cli import TAIL_TITLE, Parser
+
+    text = Parser(GRPO_TYPES, description="Usage:\n\n    python train_grpo.py --use-lora\n").parser.format_help()
+    assert "\n    python train_grpo.py --use-lora\n" in text  # examples keep their lines
+    positions = [text.index(f"\n{title}:\n") for title in ("Model", "LoRA", "Data", "Reward", "Batch and generation",
+                                                            "Optimization", "Output", TAIL_TITLE)]
+    assert positions == sorted(positions)
+    tail = text[positions[-1]:]
+    assert "--prompts_per_step" in text[:positions[-1]] and "--prompts_per_step" not in tail
+    assert "--adam_beta1" in tail and "--adam_beta1" not in text[:positions[-1]]
+
+
 def test_yaml_and_flag_typos_name_the_key_and_a_fix(tmp_path):
     config = tmp_path / "grpo.yaml"
     config.write_text("lerning_rate: 1.0e-6\n")
@@ -85,8 +105,44 @@ def test_out_of_range_values_are_refused_in_one_line():
         parse("--temperature", "-1")
     with pytest.raises(UserError, match="--beta must be >= 0"):
         parse("--beta", "-0.1")
-    with pytest.raises(UserError, match="at least 2 generations"):
+    with pytest.raises(UserError, match="--num_generations must be >= 2, got 1"):
         parse("--num_generations", "1", "--prompts_per_step", "0")
+    with pytest.raises(UserError, match="argument --max_steps/--max-steps: invalid int value: 'ten'"):
+        parse("--max_steps", "ten")
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("grpo", ["--max_completion_length", "0"], "--max_completion_length must be >= 1, got 0"),
+    ("grpo", ["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be >= 1, got 0"),
+    ("grpo", ["--use_lora", "--lora_r", "0"], "--lora_r must be >= 1, got 0"),
+    ("grpo", ["--lora_dropout", "1"], "--lora_dropout must be in [0, 1)"),
+    ("grpo", ["--max_samples", "-5"], "--max_samples must be >= 0, got -5"),
+    ("grpo", ["--max_prompt_length", "0"], "--max_prompt_length must be >= 1, got 0"),
+    ("grpo", ["--top_p", "0"], "--top_p must be in (0, 1]"),
+    ("grpo", ["--num_train_epochs", "0"], "--num_train_epochs must be > 0"),
+    ("grpo", ["--save_steps", "0"], "--save_steps must be > 0"),
+    ("grpo", ["--max_steps", "0"], "--max_steps must be >= 1 (or -1"),
+    ("grpo", ["--load_in_4bit"], "add --use_lora"),
+    ("ppo", ["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be >= 1, got 0"),
+    ("ppo", ["--max_completion_length", "0"], "--max_completion_length must be >= 1, got 0"),
+    ("ppo", ["--num_ppo_epochs", "0"], "--num_ppo_epochs must be >= 1, got 0"),
+    ("ppo", ["--total_episodes", "0"], "--total_episodes must be >= 1, got 0"),
+    ("ppo", ["--kl_horizon", "0"], "--kl_horizon must be >= 1, got 0"),
+    ("reward", ["--eval_samples", "-5"], "--eval_samples must be >= 0, got -5"),
+    ("reward", ["--max_length", "0"], "--max_length must be >= 1, got 0"),
+    ("evaluate", ["--num_prompts", "0"], "--num_prompts must be >= 1, got 0"),
+    ("evaluate", ["--train_samples", "-1"], "--train_samples must be >= 0, got -1"),
+])
+def test_sizes_lengths_ranks_and_counts_below_their_minimum_are_refused(script, flags, message):
+    from config import (EvalArguments, PPOTrainingConfig, PreferenceDataArguments, RewardArguments,
+                        RewardTrainingConfig)
+
+    types = {"grpo": GRPO_TYPES, "ppo": (ModelArguments, PromptDataArguments, PPOTrainingConfig),
+             "reward": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig),
+             "evaluate": (EvalArguments, RewardArguments)}[script]
+    with pytest.raises(UserError) as error:
+        parse_args(types, flags)
+    assert message in str(error.value)
 
 
 def test_ppo_config_defaults_and_checks():
@@ -110,3 +166,18 @@ def test_frozen_reward_model_dtype_follows_bf16_training_unless_set():
     assert reward_model_dtype("float32", "float32", bf16=True) == "float32"
     with pytest.raises(UserError, match="--reward_model_dtype float8"):
         reward_model_dtype("float8", "float32", bf16=False)
+
+
+@pytest.mark.parametrize("name", ["grpo", "ppo", "reward_model"])
+def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
+    import yaml
+
+    from config import PPOTrainingConfig, PreferenceDataArguments, RewardTrainingConfig
+    from conftest import ROOT
+
+    types = {"grpo": GRPO_TYPES, "ppo": (ModelArguments, PromptDataArguments, PPOTrainingConfig),
+             "reward_model": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig)}[name]
+    path = ROOT / "configs" / f"{name}.yaml"
+    parsed = {key: value for config in parse_args(types, ["--config", str(path)]) for key, value in vars(config).items()}
+    for key, value in yaml.safe_load(path.read_text()).items():
+        assert parsed[key.replace("-", "_")] == value, key

@@ -78,6 +78,51 @@ def test_load_rows_errors_name_the_problem(tmp_path):
         load_rows(str(empty))
 
 
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.jsonl", "", "is empty"),
+    ("blank.jsonl", "\n\n", "is empty"),
+    ("empty.json", "", "is empty"),
+    ("list.json", "[]", "has no rows"),
+    ("header.csv", "system,question,chosen,rejected\n", "has no rows"),
+    ("empty.csv", "", "is empty"),
+    ("broken.jsonl", '{"question": "x"\n', "cannot read dataset"),
+])
+def test_empty_header_only_or_broken_files_end_in_one_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(UserError, match=message):
+        load_rows(str(path))
+
+
+def test_empty_parquet_folders_and_saved_datasets_end_in_one_line(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict({"question": []}).to_parquet(tmp_path / "empty.parquet")
+    with pytest.raises(UserError, match="has no rows"):
+        load_rows(str(tmp_path / "empty.parquet"))
+    datasets.Dataset.from_dict({"question": []}).save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(UserError, match="has no rows"):
+        load_rows(str(tmp_path / "saved"))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "train.jsonl").write_text("")
+    with pytest.raises(UserError, match="has no rows"):
+        load_rows(str(tmp_path / "folder"))
+    (tmp_path / "nothing").mkdir()
+    (tmp_path / "nothing" / "notes.txt").write_text("not data")
+    with pytest.raises(UserError, match="holds no data files"):
+        load_rows(str(tmp_path / "nothing"))
+
+
+def test_splits_of_local_data(tmp_path):
+    path = tiny.write_jsonl(tmp_path / "data" / "train.jsonl", tiny.orca_rows(3))
+    tiny.write_jsonl(tmp_path / "data" / "test.jsonl", tiny.orca_rows(2))
+    with pytest.raises(UserError, match="single split, 'train'; drop --dataset_split test"):
+        load_rows(str(path), split="test")
+    assert len(load_rows(str(tmp_path / "data"), split="test")) == 2  # a folder's files name its splits
+    with pytest.raises(UserError, match=r"has no split 'validation'; pick one of \['test', 'train'\]"):
+        load_rows(str(tmp_path / "data"), split="validation")
+
+
 def test_build_prompt_dataset_drops_and_counts_long_prompts():
     import datasets
 

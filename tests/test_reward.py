@@ -55,3 +55,20 @@ def test_reward_is_read_at_the_final_end_of_turn_token(tmp_path):
     with torch.inference_mode():
         per_token = model.score(model.model(input_ids=ids).last_hidden_state)[0, :, 0]
     assert score_conversations(model, reward_tokenizer, [conversation])[0] == pytest.approx(per_token[-1].item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("pairs, asked, held, note", [
+    (400, 50, 50, None),  # a fifth of the set or less: what was asked
+    (30, 6, 6, None),
+    (52, 50, 5, "a tenth of the 52 pairs"),  # not 50 of 52: a tenth, so that training keeps 47
+    (20, 50, 4, "a tenth of the 20 pairs"),  # a tenth is 2: at least 4
+    (8, 50, 4, "a tenth of the 8 pairs"),  # 4 held out, 4 to train on
+    (7, 50, 0, "only 7 pairs"),  # 4 held out would leave 3 to train on: no accuracy
+    (100, 0, 0, "--eval_samples 0"),
+])
+def test_held_out_pairs_on_small_sets(pairs, asked, held, note):
+    from rlhf.reward import held_out_size
+
+    size, why = held_out_size(pairs, asked)
+    assert size == held
+    assert (why is None) if note is None else (note in why)
