@@ -1,92 +1,29 @@
-"""Rule-based and custom reward functions for GRPO and evaluation, and the math verifier.
+"""Rule-based and custom reward functions for GRPO and evaluation.
 
 A reward function follows TRL's signature: `func(prompts, completions, **columns) -> list[float]`, where
 `completions` are strings or one-message conversations and every dataset column (e.g. `ground_truth`) comes as
 a keyword argument holding one value per completion. `--reward_funcs` names them:
 
     reward_model        the frozen reward model at --reward_model_path (the default)
-    boxed_answer        +1 / -1 / -0.5: the last \\boxed{...} matches / does not match the row's answer / is missing
-    boxed_format        1 if the completion ends with a \\boxed{...} answer, else 0
+    boxed_answer        +1 / -1 / -0.5: the final \\boxed{...} answer is correct / wrong / missing (rlhf/verifier.py)
+    boxed_format        1 if the completion gives a final \\boxed{...} answer, else 0
     my_module.my_reward any function importable by its dotted path (the current folder is importable)
 """
 
 import importlib
-import re
+import logging
 import sys
-from fractions import Fraction
 from pathlib import Path
 
+from rlhf import verifier
 from rlhf.cli import UserError
 
 BUILTIN = ("reward_model", "boxed_answer", "boxed_format")
+logger = logging.getLogger(__name__)
 
 
 class RewardFunctionError(UserError):
     """A reward function that raised or returned the wrong number of values."""
-
-
-################
-# Answer extraction and comparison
-################
-
-
-def extract_boxed(text):
-    """The content of the last `\\boxed{...}` (or `\\fbox{...}`) in `text`, braces balanced; None if there is none."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    brace = text.find("{", start)
-    if brace < 0:
-        return None
-    depth = 0
-    for i in range(brace, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[brace + 1 : i]
-    return None  # unbalanced: the answer was cut off
-
-
-def ground_truth_of(row_value):
-    """The reference answer: a `ground_truth` value, or the part after `####` of a GSM8K-style `answer`."""
-    text = str(row_value)
-    return text.split("####")[-1].strip() if "####" in text else text.strip()
-
-
-def normalize_answer(answer):
-    """A canonical string for an answer: LaTeX wrappers, units, thousands separators and spacing removed."""
-    text = answer.strip().strip("$").strip()
-    text = re.sub(r"\\(?:left|right|displaystyle|!|,|;|:| )", "", text)
-    text = re.sub(r"\\[dt]frac", r"\\frac", text)
-    whole_text = re.fullmatch(r"\\(?:text|textbf|mathrm|mbox)\{(.*)\}", text)
-    if whole_text:
-        text = whole_text.group(1)
-    text = re.sub(r"\\(?:text|mbox|mathrm)\{[^{}]*\}", "", text)  # units such as \text{ cm}
-    text = re.sub(r"\^\s*\{?\\circ\}?|\\%|%|\\\$|°", "", text)
-    text = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"(\1)/(\2)", text)
-    text = re.sub(r"\\frac(\d)(\d)", r"\1/\2", text)
-    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # 1,234,567 -> 1234567
-    text = re.sub(r"^([-+]?[\d.]+(?:/[\d.]+)?)\s*[a-zA-Z][a-zA-Z ]*\.?$", r"\1", text)  # 12 dollars -> 12
-    text = text.rstrip(".").replace(" ", "")
-    return re.sub(r"^\((-?[\d.]+)\)/\((-?[\d.]+)\)$", r"\1/\2", text)
-
-
-def _as_number(text):
-    try:
-        if "/" in text:
-            numerator, denominator = text.split("/")
-            return Fraction(numerator) / Fraction(denominator)
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-def answers_match(predicted, reference):
-    """True when two answers are equal after normalisation, numerically if both are numbers (0.5 == 1/2, -0 == 0)."""
-    a, b = normalize_answer(predicted), normalize_answer(reference)
-    x, y = _as_number(a), _as_number(b)
-    if x is not None and y is not None:
-        return x == y
-    return a == b
 
 
 ################
@@ -98,28 +35,45 @@ def completion_text(completion):
     return completion[-1]["content"] if isinstance(completion, list) else completion
 
 
-def make_boxed_answer(correct=1.0, wrong=-1.0, missing=-0.5):
-    """The math verifier as a reward function; the reference comes from `ground_truth` or a GSM8K `answer`."""
+class BoxedAnswer:
+    """The math verifier as a reward function; the reference comes from `ground_truth` or a GSM8K `answer`.
 
-    def boxed_answer(prompts, completions, ground_truth=None, answer=None, **kwargs):
+    A completion too costly to check (rlhf/verifier.py: pre-filter or time limit) scores as wrong and is counted
+    in `timeouts`, with a warning for each batch that has one. A class, not a closure, so that it pickles.
+    """
+
+    __name__ = "boxed_answer"
+
+    def __init__(self, correct=1.0, wrong=-1.0, missing=-0.5, time_limit=verifier.TIME_LIMIT):
+        self.rewards = {verifier.CORRECT: correct, verifier.WRONG: wrong, verifier.TIMEOUT: wrong,
+                        verifier.MISSING: missing}
+        self.time_limit = time_limit
+        self.timeouts = 0
+
+    def __call__(self, prompts, completions, ground_truth=None, answer=None, **kwargs):
         references = ground_truth if ground_truth is not None else answer
         if references is None:
             raise ValueError("the dataset has neither a `ground_truth` nor an `answer` column")
-        rewards = []
-        for completion, reference in zip(completions, references):
-            predicted = extract_boxed(completion_text(completion))
-            if predicted is None:
-                rewards.append(missing)
-            else:
-                rewards.append(correct if answers_match(predicted, ground_truth_of(reference)) else wrong)
-        return rewards
+        verdicts = [verifier.verdict(completion_text(completion), reference, self.time_limit)
+                    for completion, reference in zip(completions, references)]
+        timeouts = verdicts.count(verifier.TIMEOUT)
+        if timeouts:
+            self.timeouts += timeouts
+            logger.warning(
+                f"boxed_answer: {timeouts} of {len(verdicts)} completions were too costly to check (over "
+                f"{self.time_limit} s, or huge numbers) and score as wrong; {self.timeouts} so far"
+            )
+        return [self.rewards[v] for v in verdicts]
 
-    return boxed_answer
+
+def make_boxed_answer(correct=1.0, wrong=-1.0, missing=-0.5, time_limit=verifier.TIME_LIMIT):
+    """The `boxed_answer` reward with these rewards for a correct, wrong and missing final answer."""
+    return BoxedAnswer(correct, wrong, missing, time_limit)
 
 
 def boxed_format(prompts, completions, **kwargs):
-    """1.0 when the completion gives a `\\boxed{...}` answer, else 0.0: a format reward to mix in."""
-    return [float(extract_boxed(completion_text(c)) is not None) for c in completions]
+    """1.0 when the completion gives a final `\\boxed{...}` answer (as `boxed_answer` reads it), else 0.0."""
+    return [float(verifier.final_answer(completion_text(c)) is not None) for c in completions]
 
 
 def import_reward_func(path):
@@ -175,6 +129,16 @@ def check_reward_weights(weights, names):
         )
 
 
+def _load_math_verify():
+    """Import math-verify now (a missing install fails before any model loads) and set up its parser."""
+    try:
+        verifier.warm_up()
+    except ImportError:
+        raise UserError(
+            "boxed_answer needs math-verify: pip install math-verify==0.9.0 (it is in requirements.txt)"
+        ) from None
+
+
 def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, -1.0, -0.5)):
     """The reward functions named on the command line, each wrapped in `CheckedRewardFunc`.
 
@@ -184,6 +148,7 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, -1.0,
     resolved = {}
     for name in names:
         if name == "boxed_answer":
+            _load_math_verify()
             resolved[name] = CheckedRewardFunc(make_boxed_answer(*boxed_rewards), name)
         elif name == "boxed_format":
             resolved[name] = CheckedRewardFunc(boxed_format, name)
@@ -196,3 +161,4 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, -1.0,
     if "reward_model" in names:
         resolved["reward_model"] = reward_model_scorer()  # checks its own values
     return [resolved[name] for name in names]
+

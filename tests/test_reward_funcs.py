@@ -1,29 +1,24 @@
 import pytest
 
-from rlhf.reward_funcs import (
-    CheckedRewardFunc,
-    RewardFunctionError,
-    answers_match,
-    extract_boxed,
-    ground_truth_of,
-    load_reward_funcs,
-    make_boxed_answer,
-)
 from rlhf.cli import UserError
+from rlhf.reward_funcs import CheckedRewardFunc, RewardFunctionError, load_reward_funcs, make_boxed_answer
+from rlhf.verifier import answers_match, final_answer, ground_truth_of
 
 
 @pytest.mark.parametrize("text, expected", [
-    (r"The answer is \boxed{42}.", "42"),
-    (r"First \boxed{1}, then finally \boxed{2}", "2"),
-    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
-    (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),
-    (r"$\boxed{x^{2}+1}$", "x^{2}+1"),
-    (r"\fbox{7}", "7"),
+    (r"The answer is \boxed{42}.", ["42"]),
+    (r"First \boxed{1}, then finally \boxed{2}", ["1", "2"]),  # both: one list answer, not the last one alone
+    (r"\boxed{3}. That was wrong: \boxed{4}", ["4"]),
+    (r"\boxed{5}, so \boxed{5}", ["5"]),
+    (r"\boxed{\frac{1}{2}}", [r"\frac{1}{2}"]),
+    (r"\boxed{\{1, 2\}}", [r"\{1, 2\}"]),
+    (r"$\boxed{x^{2}+1}$", ["x^{2}+1"]),
+    (r"\fbox{7}", ["7"]),
     (r"no box here", None),
     (r"cut off \boxed{12", None),
 ])
-def test_extract_boxed(text, expected):
-    assert extract_boxed(text) == expected
+def test_final_answer(text, expected):
+    assert final_answer(text) == expected
 
 
 @pytest.mark.parametrize("predicted, reference, match", [
