@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from rlhf import verifier
-from rlhf.cli import UserError
+from rlhf.errors import UserError
 
 BUILTIN = ("reward_model", "boxed_answer", "boxed_format")
 logger = logging.getLogger(__name__)
