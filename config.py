@@ -9,13 +9,6 @@ Every field of TRL's `GRPOConfig` (and of `transformers.TrainingArguments`) is a
 from dataclasses import dataclass, field
 
 from rlhf.run import launched_processes
-from rlhf.trl_compat import GRPOConfig, PPOConfig, RewardConfig
-
-
-REWARD_DTYPE_HELP = (
-    "Dtype the frozen reward model loads in: auto (bfloat16 when training in bf16 on a GPU, else --dtype), float32, "
-    "bfloat16 or float16. bfloat16 halves its memory; on CPU its speed depends on the processor (README: Performance)."
-)
 
 
 @dataclass
@@ -63,29 +56,23 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments:
-    """Where the prompts come from."""
+class DatasetSource:
+    """Which dataset and split (training and evaluation)."""
 
     dataset_name: str = field(
         default="Intel/orca_dpo_pairs",
         metadata={
             "help": "A Hugging Face Hub dataset, or a local file or folder (json, jsonl, parquet, csv). Recognised "
-            "columns: system/question (Intel ORCA), prompt + chosen/rejected messages (H4 ORCA), or prompt (TRL)."
+            "columns: system/question (Intel ORCA), prompt + chosen/rejected messages (H4 ORCA), prompt (TRL), or "
+            "question (+ ground_truth) for math."
         },
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to read."})
-    max_samples: int | None = field(
-        default=10_000,
-        metadata={"help": "Use only the first N rows of the split (None or 0: all of them)."},
-    )
-
-    def __post_init__(self):
-        at_least(self, 0, "max_samples")
 
 
 @dataclass
-class PromptDataArguments(DataArguments):
-    """Prompts for the RL scripts."""
+class PromptFormat:
+    """How dataset rows become prompts (GRPO, PPO, evaluation)."""
 
     max_prompt_length: int = field(
         default=512,
@@ -100,8 +87,27 @@ class PromptDataArguments(DataArguments):
     )
 
     def __post_init__(self):
-        super().__post_init__()
         at_least(self, 1, "max_prompt_length")
+        _next_post_init(self, PromptFormat)
+
+
+@dataclass
+class DataArguments(DatasetSource):
+    """Where the training rows come from."""
+
+    max_samples: int | None = field(
+        default=10_000,
+        metadata={"help": "Use only the first N rows of the split (None or 0: all of them)."},
+    )
+
+    def __post_init__(self):
+        at_least(self, 0, "max_samples")
+        _next_post_init(self, DataArguments)
+
+
+@dataclass
+class PromptDataArguments(DataArguments, PromptFormat):
+    """Prompts for the RL scripts."""
 
 
 @dataclass
@@ -122,17 +128,31 @@ class PreferenceDataArguments(DataArguments):
 
 
 @dataclass
-class RewardArguments:
-    """What scores completions: the frozen reward model, rule-based rewards, your own functions."""
+class RewardModelArguments:
+    """The frozen reward model (GRPO, PPO, evaluation)."""
 
     reward_model_path: str = field(
         default="./reward_model_output",
         metadata={
-            "help": "Sequence-classification reward model (num_labels=1): a local folder or a Hub id. "
-            "It scores with its own tokenizer and chat template. Make one with `python train_reward_model.py`."
+            "help": "Sequence-classification reward model (num_labels=1): a local folder or a Hub id. GRPO and "
+            "evaluation score with its own tokenizer and chat template; PPO needs it to share the policy's tokenizer. "
+            "Make one with `python train_reward_model.py`."
         },
     )
-    reward_model_dtype: str = field(default="auto", metadata={"help": REWARD_DTYPE_HELP})
+    reward_model_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "Dtype the frozen reward model loads in: auto (bfloat16 when training in bf16 on a GPU, else "
+            "--dtype), float32, bfloat16 or float16. bfloat16 halves its memory; on CPU its speed depends on the "
+            "processor (README: Performance)."
+        },
+    )
+
+
+@dataclass
+class RewardArguments(RewardModelArguments):
+    """What scores completions: the frozen reward model, rule-based rewards, your own functions."""
+
     reward_funcs: list[str] = field(
         default_factory=lambda: ["reward_model"],
         metadata={
@@ -149,6 +169,21 @@ class RewardArguments:
     @property
     def boxed_rewards(self):
         return self.boxed_correct_reward, self.boxed_wrong_reward, self.boxed_missing_reward
+
+
+@dataclass
+class Sampling:
+    """How completions are sampled (GRPO and evaluation; PPO samples with its temperature alone)."""
+
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
+
+    def __post_init__(self):
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}.")
+        _next_post_init(self, Sampling)
 
 
 @dataclass
@@ -177,10 +212,8 @@ class _RunDefaults:
             self.dataloader_pin_memory = False  # pinned memory only helps a GPU; without one torch warns every run
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
-        if getattr(self, "temperature", 1.0) <= 0:
+        if getattr(self, "temperature", 1.0) <= 0:  # PPO's; GRPO's is checked by Sampling
             raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
-        if not 0 < getattr(self, "top_p", 1.0) <= 1:
-            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}.")
         at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
                  "max_length", "num_ppo_epochs", "num_mini_batches", "total_episodes", "kl_horizon")
         for name in ("num_train_epochs", "logging_steps", "save_steps"):
@@ -192,8 +225,8 @@ class _RunDefaults:
 
 
 @dataclass
-class GRPOTrainingConfig(_RunDefaults, GRPOConfig):
-    """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step`.
+class _GRPOFields(Sampling, _RunDefaults):
+    """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step` (the config is `GRPOTrainingConfig`).
 
     Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many
     completions go through one forward/backward pass on one device. One optimizer step sees
@@ -220,8 +253,6 @@ class GRPOTrainingConfig(_RunDefaults, GRPOConfig):
         },
     )
     max_completion_length: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
     num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (ignored if --max_steps)."})
@@ -269,7 +300,7 @@ class GRPOTrainingConfig(_RunDefaults, GRPOConfig):
 
 
 @dataclass
-class RewardTrainingConfig(_RunDefaults, RewardConfig):
+class _RewardFields(_RunDefaults):
     """TRL's `RewardConfig` with this package's defaults (a Bradley-Terry pairwise loss on chosen vs rejected)."""
 
     output_dir: str = field(
@@ -289,7 +320,7 @@ class RewardTrainingConfig(_RunDefaults, RewardConfig):
 
 
 @dataclass
-class PPOTrainingConfig(_RunDefaults, PPOConfig):
+class _PPOFields(_RunDefaults, RewardModelArguments):
     """TRL's `PPOConfig` with this package's defaults, plus adaptive KL and the value model's source.
 
     One PPO batch (optimizer update round) takes `per_device_train_batch_size x gradient_accumulation_steps x
@@ -300,14 +331,6 @@ class PPOTrainingConfig(_RunDefaults, PPOConfig):
         default="./ppo_training_output",
         metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest, the policy and value model go."},
     )
-    reward_model_path: str = field(
-        default="./reward_model_output",
-        metadata={
-            "help": "Sequence-classification reward model (num_labels=1) sharing the policy's tokenizer (PPO feeds it "
-            "the policy's token ids). Make one with `python train_reward_model.py`."
-        },
-    )
-    reward_model_dtype: str = field(default="auto", metadata={"help": REWARD_DTYPE_HELP})
     value_model_path: str | None = field(
         default=None, metadata={"help": "Where the value model starts from (default: the reward model)."}
     )
@@ -360,21 +383,20 @@ class PPOTrainingConfig(_RunDefaults, PPOConfig):
 
 
 @dataclass
-class EvalArguments:
+class EvalArguments(DatasetSource, PromptFormat, Sampling):
     """What evaluate_generations.py compares, on which prompts, and how it samples."""
 
     model_path: list[str] = field(
         default_factory=list,
         metadata={
+            "aliases": ["--model_name_or_path", "--model-name-or-path"],
             "help": "One or more models (folders or Hub ids; LoRA adapter folders load onto their base). The first "
-            "is the baseline the others are compared with."
+            "is the baseline the others are compared with. --model_name_or_path works too.",
         },
     )
     reward_weights: list[float] | None = field(
         default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."}
     )
-    dataset_name: str = field(default="Intel/orca_dpo_pairs", metadata={"help": "Where the prompts come from."})
-    dataset_split: str = field(default="train", metadata={"help": "Split to read."})
     train_samples: int = field(
         default=10_000,
         metadata={
@@ -385,21 +407,42 @@ class EvalArguments:
     num_prompts: int = field(default=20, metadata={"help": "Prompts drawn (seeded) from the held-out rows."})
     num_completions: int = field(default=4, metadata={"help": "Completions sampled per prompt and model."})
     max_new_tokens: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
     seed: int = field(default=42, metadata={"help": "Seed of the prompt draw and of sampling (same for all models)."})
     batch_size: int = field(default=16, metadata={"help": "Sequences generated or scored per batch."})
-    max_prompt_length: int = field(default=512, metadata={"help": "Longer prompts are left out before the draw."})
-    system_prompt: str | None = field(default=None, metadata={"help": "System message for rows that have none."})
     dtype: str = field(default="float32", metadata={"help": "Dtype the models load in."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow models that ship their own code."})
     output_file: str = field(default="evaluation_results.json", metadata={"help": "Where the JSON report goes."})
 
     def __post_init__(self):
-        at_least(self, 1, "num_prompts", "num_completions", "max_new_tokens", "batch_size", "max_prompt_length")
+        at_least(self, 1, "num_prompts", "num_completions", "max_new_tokens", "batch_size")
         at_least(self, 0, "train_samples")
-        if self.temperature <= 0:
-            raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
+        _next_post_init(self, EvalArguments)
+
+
+################
+# The training configs: this package's fields and defaults on top of TRL's config. Importing a TRL config costs
+# seconds (and TRL's PPO lives in its experimental package), so each is built on first use: a script imports only
+# its own trainer's config (PEP 562 module __getattr__). The classes are named and placed so that pickle, which
+# the Trainer uses for training_args.bin, finds them as config.<name>.
+################
+
+_TRAINING_CONFIGS = {  # name -> (this package's fields, the TRL config it extends)
+    "GRPOTrainingConfig": (_GRPOFields, "GRPOConfig"),
+    "RewardTrainingConfig": (_RewardFields, "RewardConfig"),
+    "PPOTrainingConfig": (_PPOFields, "PPOConfig"),
+}
+
+
+def __getattr__(name):
+    if name not in _TRAINING_CONFIGS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rlhf import trl_compat
+
+    fields, trl_config = _TRAINING_CONFIGS[name]
+    config = dataclass(type(name, (fields, getattr(trl_compat, trl_config)), {"__module__": __name__,
+                                                                               "__doc__": fields.__doc__}))
+    globals()[name] = config
+    return config
 
 
 def at_least(config, minimum, *names):
@@ -408,6 +451,14 @@ def at_least(config, minimum, *names):
         value = getattr(config, name, None)
         if value is not None and value < minimum:
             raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
+
+
+def _next_post_init(config, cls):
+    """Go on with the `__post_init__` after `cls`'s in `config`'s classes, if there is one: these dataclasses are
+    mixed into one another and into TRL's configs, and each checks its own fields."""
+    following = getattr(super(cls, config), "__post_init__", None)
+    if following is not None:
+        following()
 
 
 def _cuda_available() -> bool:

@@ -53,7 +53,10 @@ class Parser:
         self.parser = _Parser(dataclass_types, description=description, formatter_class=_HelpFormatter,
                               usage="python %(prog)s [--config FILE.yaml] [--flag value ...]")
         _group_help(self.parser)
-        self.known = {action.dest for action in self.parser._actions}
+        # Every name a flag answers to (its field name, `-` spellings, aliases such as evaluation's
+        # --model_name_or_path), with `_` for `-`, mapped to the field it sets.
+        self.known = {option.lstrip("-").replace("-", "_"): action.dest
+                      for action in self.parser._actions for option in action.option_strings if option != "-h"}
 
     def parse(self, args):
         args = list(args)
@@ -128,7 +131,7 @@ def _group_help(parser):
 
 
 def _read_config(path, known):
-    """The YAML file of `--config` as {flag name: value}, keys with `-` read as `_`."""
+    """The YAML file of `--config` as {field name: value}; keys are read like flags (`-` or `_`, aliases)."""
     import yaml
 
     if not path:
@@ -149,7 +152,7 @@ def _read_config(path, known):
         name = str(key).replace("-", "_")
         if name not in known and name != "env":
             raise UserError(f"unknown key '{key}' in {path}{_did_you_mean(name, known)}; see --help for names")
-        normalized[name] = value
+        normalized[known.get(name, name)] = value
     return normalized
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
+from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments, _cuda_supports_bf16
 from rlhf.cli import UserError, parse_args
 from rlhf.models import reward_model_dtype
 
@@ -24,7 +24,8 @@ def test_defaults_follow_the_seeds():
     assert (train.learning_rate, train.lr_scheduler_type.value, train.num_train_epochs) == (5e-6, "cosine", 3.0)
     assert (train.epsilon, train.save_total_limit, train.gradient_checkpointing) == (0.2, 2, True)
     assert train.report_to == ["tensorboard"]
-    assert train.bf16 is False  # no CUDA GPU here
+    # bf16 follows the machine: on with a bf16-capable CUDA GPU, off on a CPU (the test holds on either).
+    assert train.bf16 is _cuda_supports_bf16()
 
 
 def test_four_prompts_of_four_completions_per_optimizer_step():
@@ -181,3 +182,26 @@ def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
     parsed = {key: value for config in parse_args(types, ["--config", str(path)]) for key, value in vars(config).items()}
     for key, value in yaml.safe_load(path.read_text()).items():
         assert parsed[key.replace("-", "_")] == value, key
+
+
+def test_evaluation_takes_the_training_scripts_names_for_the_same_things(tmp_path):
+    from config import EvalArguments
+
+    config = tmp_path / "eval.yaml"
+    config.write_text("model-name-or-path: [a, b]\nsystem_prompt: Be brief.\n")
+    args, _ = parse_args((EvalArguments, RewardArguments), ["--config", str(config), "--top_p", "0.5"])
+    assert args.model_path == ["a", "b"] and args.system_prompt == "Be brief." and args.top_p == 0.5
+    assert parse_args((EvalArguments, RewardArguments), ["--model_name_or_path", "c"])[0].model_path == ["c"]
+    with pytest.raises(UserError, match="--top_p must be in"):
+        parse_args((EvalArguments, RewardArguments), ["--top_p", "2"])
+
+
+def test_a_script_imports_only_its_own_trl_config():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = "import sys, config; config.GRPOTrainingConfig; print('trl.experimental' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr  # no PPO (TRL's experimental package) in a GRPO run
