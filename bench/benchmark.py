@@ -233,19 +233,13 @@ def logged_steps(output_dir):
     A step's duration is the time between its log entry and the previous step's (all entries are written at the
     end of their step), so the first step, which also holds the start-up, has none and is never measured.
     """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from rlhf.metrics import event_files, read_scalars
 
-    ends, lengths = {}, {}
-    for path in output_dir.rglob("events.out.tfevents.*"):
-        accumulator = EventAccumulator(str(path), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        tags = accumulator.Tags()["scalars"]
-        clock = next(tag for tag in ("train/loss", "train/loss/policy_avg") if tag in tags)
-        ends.update({event.step: event.wall_time for event in accumulator.Scalars(clock)})
-        if "train/completions/mean_length" in tags:
-            lengths.update({event.step: event.value for event in accumulator.Scalars("train/completions/mean_length")})
-    steps = sorted(ends)
-    return [{"step": step, "seconds": ends[step] - ends[prev], "mean_length": lengths.get(step)}
+    scalars = read_scalars(event_files(output_dir))
+    clock = scalars.get("train/loss") or scalars["train/loss/policy_avg"]
+    lengths = scalars.get("train/completions/mean_length", {})
+    steps = sorted(clock)
+    return [{"step": step, "seconds": clock[step][0] - clock[prev][0], "mean_length": lengths.get(step, (0, None))[1]}
             for prev, step in zip(steps, steps[1:])]
 
 

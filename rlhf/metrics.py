@@ -59,8 +59,8 @@ def find_runs(log_dir):
     folder = Path(log_dir)
     if not folder.exists():
         raise UserError(f"--log_dir {folder} does not exist; pass the output_dir of a training run")
-    files = [folder] if folder.is_file() else sorted(folder.rglob(EVENTS_GLOB))
-    files = [path for path in files if path.is_file() and path.name.startswith("events.out.tfevents.")]
+    files = [folder] if folder.is_file() else event_files(folder)
+    files = [path for path in files if path.name.startswith("events.out.tfevents.")]
     if not files:
         raise UserError(
             f"no TensorBoard event files ({EVENTS_GLOB}) under {folder}; pass the output_dir of a training run "
@@ -75,26 +75,37 @@ def find_runs(log_dir):
     return runs
 
 
-def read_run(event_files):
-    """({column: {step: value}}, {column: tag read}) merged over the event files of one run.
+def read_scalars(event_files):
+    """Every scalar in TensorBoard event files: {tag: {step: (wall_time, value)}}, all points kept.
 
-    Where two files log the same step (a run resumed from an earlier checkpoint), the value written last wins.
+    Where two files hold the same tag and step (a run resumed from an earlier checkpoint), the value written last
+    wins. The one reader of event files in this package (plots, benchmark, tests).
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    points = {}  # tag without `train/` -> {step: (wall_time, value)}
+    points = {}
     for path in event_files:
         # scalars 0 = keep every point (the default keeps a sample of 10,000); nothing else is needed here.
         guidance = {"scalars": 0, "tensors": 1, "histograms": 1, "images": 1, "audio": 1, "distributions": 1}
         accumulator = EventAccumulator(str(path), size_guidance=guidance)
         accumulator.Reload()
         for tag in accumulator.Tags()["scalars"]:
-            if column_for(tag) is None:
-                continue
-            merged = points.setdefault(tag.removeprefix("train/"), {})
+            merged = points.setdefault(tag, {})
             for event in accumulator.Scalars(tag):
                 if event.step not in merged or merged[event.step][0] <= event.wall_time:
                     merged[event.step] = (event.wall_time, event.value)
+    return points
+
+
+def event_files(folder):
+    """The TensorBoard event files under `folder`, however deep."""
+    return sorted(path for path in Path(folder).rglob(EVENTS_GLOB) if path.is_file())
+
+
+def read_run(event_files):
+    """({column: {step: value}}, {column: tag read}) merged over the event files of one run."""
+    points = {tag.removeprefix("train/"): values for tag, values in read_scalars(event_files).items()
+              if column_for(tag) is not None}
     values, tags_read = {}, {}
     for column, names in COLUMNS.items():
         name = next((name for name in names if name in points), None)

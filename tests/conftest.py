@@ -103,16 +103,11 @@ def error_line(result):
 
 
 def scalars(output_dir):
-    """Every scalar logged to TensorBoard under `output_dir`, as {tag: [(step, value), ...]}."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    """Every scalar logged to TensorBoard under `output_dir`, as {tag: [(step, value), ...]} in step order."""
+    from rlhf.metrics import event_files, read_scalars
 
-    values = {}
-    for events in Path(output_dir).rglob("events.out.tfevents.*"):
-        accumulator = EventAccumulator(str(events))
-        accumulator.Reload()
-        for tag in accumulator.Tags()["scalars"]:
-            values.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
-    return values
+    return {tag: [(step, value) for step, (_, value) in sorted(points.items())]
+            for tag, points in read_scalars(event_files(output_dir)).items()}
 
 
 def wait_for(path, process, timeout=120):
