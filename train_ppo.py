@@ -19,7 +19,7 @@ import logging
 
 from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, load_rows
+from rlhf.data import build_prompt_dataset, load_rows, tokenize_prompts
 from rlhf.guard import guarded_train
 from rlhf.models import (check_4bit, check_model_source, load_kwargs, load_sequence_classifier, load_tokenizer,
                          lora_config, reward_model_dtype, trainable_model_path)
@@ -56,14 +56,7 @@ def main(model_args, data_args, training_args):
     ################
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
     prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
-    train_dataset = prompts.map(
-        lambda row: tokenizer(
-            tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False),
-            add_special_tokens=False,
-        ),
-        remove_columns=prompts.column_names,
-        desc="Tokenizing prompts",
-    )
+    train_dataset = tokenize_prompts(prompts, tokenizer)
 
     ################
     # Models (from the checkpoint when resuming)

@@ -143,6 +143,25 @@ def _messages(system, user):
     return messages + [{"role": "user", "content": user}]
 
 
+def render_prompt(tokenizer, messages):
+    """The text a policy continues: the conversation in its chat template, opened for the assistant's answer.
+
+    The one place a prompt is rendered (length filter, PPO's tokens, evaluation's generation). GRPO hands TRL the
+    conversation itself, and TRL renders it the same way.
+    """
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def tokenize_prompts(prompts, tokenizer):
+    """Prompt conversations as token ids (PPO's input), rendered by `render_prompt`; no special tokens added,
+    since the chat template has its own."""
+    return prompts.map(
+        lambda row: tokenizer(render_prompt(tokenizer, row["prompt"]), add_special_tokens=False),
+        remove_columns=prompts.column_names,
+        desc="Tokenizing prompts",
+    )
+
+
 def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=None):
     """Map rows to a `prompt` column of conversations and drop prompts longer than `max_prompt_length` tokens.
 
@@ -160,7 +179,7 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
     dataset = dataset.map(format_row, desc="Formatting prompts")
 
     def fits(row):
-        text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        text = render_prompt(tokenizer, row["prompt"])
         return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_prompt_length
 
     kept = dataset.filter(fits, desc="Dropping over-long prompts")
