@@ -6,8 +6,13 @@ Usage:
     python evaluate_generations.py --model_path HuggingFaceTB/smollm2-135M-SFT-Only ./grpo_training_output \
         ./ppo_training_output --num_prompts 50 --output_file comparison.json
 
+    python evaluate_generations.py --model_path bundled/SmolLM2-135M-Instruct ./grpo_math \
+        --reward_funcs boxed_answer boxed_format --dataset_name data/math_test.jsonl --train_samples 0 --num_prompts 100
+
 The first model is the baseline: every other model gets the same prompts and sampling seed, and its win rate
-against the baseline under the reward model (ties count half) is reported with a 95% bootstrap interval.
+against the baseline under the reward model (ties count half) is reported with a 95% bootstrap interval. With
+the math verifier (`boxed_answer`), each model's format rate and verifier accuracy (95% interval) and each model's
+accuracy gain over the baseline (paired 95% interval) are reported too.
 Prompts are drawn from the rows after the first `--train_samples` (the rows training used), so they are
 held out by default. See the README for the JSON layout.
 """
@@ -15,13 +20,12 @@ held out by default. See the README for the JSON layout.
 import functools
 import json
 import logging
-import random
 from pathlib import Path
 
 from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.evaluation import compare, generate, rank_labels, summarize
+from rlhf.evaluation import compare, draw_prompts, format_table, generate, score, summarize
 from rlhf.models import check_model_source, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
@@ -54,15 +58,13 @@ def main(args, rewards):
         )
     held_out = rows.select(range(args.train_samples, len(rows)))
     prompts, _, _ = build_prompt_dataset(held_out, tokenizer, args.max_prompt_length, args.system_prompt)
-    picked = sorted(random.Random(args.seed).sample(range(len(prompts)), min(args.num_prompts, len(prompts))))
-    rows = [prompts[i] for i in picked]  # the prompt and every other column (e.g. ground_truth for boxed_answer)
-    prompts = [row["prompt"] for row in rows]
+    rows, row_numbers = draw_prompts(prompts, args.train_samples, args.num_prompts, args.seed)
+    prompts = [row["prompt"] for row in rows]  # rows keep every other column (e.g. ground_truth for boxed_answer)
 
     ################
     # Generate and score, one model at a time
     ################
     device = "cuda" if torch.cuda.is_available() else "cpu"
-
     scorer_dtype = reward_model_dtype(rewards.reward_model_dtype, args.dtype, bf16=False)
     load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, scorer_dtype,
                                     args.trust_remote_code, device, args.batch_size)
@@ -76,67 +78,29 @@ def main(args, rewards):
                                    args.temperature, args.top_p, args.batch_size, args.seed, progress)
         del model
         score(funcs, weights, rows, completions)
-        for cs in completions:
-            for completion, rank in zip(cs, rank_labels([c["reward"] for c in cs])):
-                completion["rank"] = rank
-        summary = summarize([c for cs in completions for c in cs])
-        if "boxed_answer" in rewards.reward_funcs:  # share of completions the verifier rewarded as correct
-            verdicts = [c["rewards"]["boxed_answer"] == rewards.boxed_correct_reward for cs in completions for c in cs]
-            summary["verifier_accuracy"] = sum(verdicts) / len(verdicts)
         results.append({
             "model_path": path,
-            "summary": summary,
+            "summary": summarize(completions, seed=args.seed),
             "prompts": [{"prompt": p, "completions": cs} for p, cs in zip(prompts, completions)],
         })
 
     ################
     # Compare with the baseline, report
     ################
-    def rewards_per_prompt(result):
-        return [[c["reward"] for c in p["completions"]] for p in result["prompts"]]
+    def per_prompt(result):
+        return [p["completions"] for p in result["prompts"]]
 
-    comparison = [
-        {"model_path": r["model_path"], "baseline": baseline,
-         **compare(rewards_per_prompt(r), rewards_per_prompt(results[0]), seed=args.seed)}
-        for r in results[1:]
-    ]
+    comparison = [{"model_path": r["model_path"], "baseline": baseline,
+                   **compare(per_prompt(r), per_prompt(results[0]), seed=args.seed)} for r in results[1:]]
     report = {
-        "config": {**vars(args), "prompt_rows": [args.train_samples + i for i in picked],
-                   "versions": versions()},
+        "config": {**vars(args), "prompt_rows": row_numbers, "versions": versions()},
         "models": results,
         "comparison": comparison,
     }
     Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output_file).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print_table(results, comparison)
+    print(format_table(results, comparison))
     print(f"Wrote {args.output_file}")
-
-
-def score(funcs, weights, rows, completions):
-    """Give every completion its `rewards` per function and their weighted sum `reward`."""
-    flat = [(row, c) for row, cs in zip(rows, completions) for c in cs]
-    columns = {key: [row[key] for row, _ in flat] for key in rows[0] if key != "prompt"}
-    prompts = [row["prompt"] for row, _ in flat]
-    messages = [[{"role": "assistant", "content": c["text"]}] for _, c in flat]
-    per_func = {func.__name__: func(prompts=prompts, completions=messages, **columns) for func in funcs}
-    for i, (_, completion) in enumerate(flat):
-        completion["rewards"] = {name: values[i] for name, values in per_func.items()}
-        completion["reward"] = sum(w * values[i] for w, values in zip(weights, per_func.values()))
-
-
-def print_table(results, comparison):
-    wins = {c["model_path"]: c for c in comparison}
-    print(f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  win rate vs baseline")
-    for r in results:
-        s, c = r["summary"], wins.get(r["model_path"])
-        corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
-        win = "(baseline)" if c is None else (
-            f"{c['win_rate']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}]  Δreward {c['mean_reward_delta']:+.3f}")
-        print(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
-              f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
-    for r in results:
-        if "verifier_accuracy" in r["summary"]:
-            print(f"verifier accuracy of {r['model_path']}: {r['summary']['verifier_accuracy']:.1%}")
 
 
 @exit_on_user_error

@@ -1,6 +1,8 @@
-"""Evaluation: sampling completions, ranking them, summary statistics, win rate with a bootstrap interval.
+"""Evaluation: held-out prompts, sampling, scoring and ranking completions, summaries, and comparisons with the
+baseline (win rate under the reward, verifier accuracy gain) with bootstrap intervals over prompts.
 
-The statistics are pure functions of lists of numbers, so they are unit-tested on their own.
+The statistics are pure functions of lists of numbers, so they are unit-tested on their own. The prompt is the
+unit every interval resamples: the completions of one prompt are not independent of each other.
 """
 
 import math
@@ -9,6 +11,11 @@ import statistics
 
 RANKS = ("BEST", "MEDIUM", "WORST")
 TIE_TOLERANCE = 1e-6
+
+
+################
+# Statistics
+################
 
 
 def rank_labels(rewards):
@@ -38,11 +45,24 @@ def pearson(xs, ys):
     return cov / math.sqrt(var_x * var_y)
 
 
-def summarize(completions):
-    """Summary of one model's completions (dicts with `reward`, `num_tokens`, `ended_with_eos`)."""
+def bootstrap_interval(values, num_resamples=2000, confidence=0.95, seed=0):
+    """Percentile bootstrap interval of the mean of `values`, resampling them with replacement."""
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(num_resamples))
+    tail = (1.0 - confidence) / 2.0
+    low = means[int(math.floor(tail * (num_resamples - 1)))]
+    high = means[int(math.ceil((1.0 - tail) * (num_resamples - 1)))]
+    return low, high
+
+
+def summarize(prompts, seed=0):
+    """Summary of one model's completions, given per prompt (lists of dicts with `reward`, `num_tokens`,
+    `ended_with_eos`, and `verdict` when the math verifier scored them)."""
+    completions = [c for cs in prompts for c in cs]
     rewards = [c["reward"] for c in completions]
     lengths = [c["num_tokens"] for c in completions]
-    return {
+    summary = {
         "num_completions": len(completions),
         "mean_reward": statistics.fmean(rewards),
         "std_reward": statistics.pstdev(rewards),
@@ -53,6 +73,22 @@ def summarize(completions):
         # Reward rising with length alone is a warning sign of length hacking.
         "reward_length_correlation": pearson(lengths, rewards),
     }
+    if "verdict" in completions[0]:
+        accuracy = prompt_shares(prompts, "correct")
+        low, high = bootstrap_interval(accuracy, seed=seed)
+        summary.update(
+            format_rate=statistics.fmean(prompt_shares(prompts, "correct", "wrong", "timeout")),
+            verifier_accuracy=statistics.fmean(accuracy),
+            verifier_accuracy_ci_low=low,
+            verifier_accuracy_ci_high=high,
+            verifier_timeouts=sum(c["verdict"] == "timeout" for c in completions),
+        )
+    return summary
+
+
+def prompt_shares(prompts, *verdicts):
+    """Per prompt, the share of its completions whose verifier verdict is one of `verdicts`."""
+    return [sum(c["verdict"] in verdicts for c in cs) / len(cs) for cs in prompts]
 
 
 def prompt_win_scores(model_rewards, baseline_rewards):
@@ -67,32 +103,45 @@ def prompt_win_scores(model_rewards, baseline_rewards):
     return scores
 
 
-def bootstrap_interval(values, num_resamples=2000, confidence=0.95, seed=0):
-    """Percentile bootstrap interval of the mean of `values`, resampling them with replacement."""
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(num_resamples))
-    tail = (1.0 - confidence) / 2.0
-    low = means[int(math.floor(tail * (num_resamples - 1)))]
-    high = means[int(math.ceil((1.0 - tail) * (num_resamples - 1)))]
-    return low, high
+def compare(model_prompts, baseline_prompts, seed=0):
+    """A model against the baseline on the same prompts (completions per prompt, as `summarize` takes them).
 
-
-def compare(model_rewards, baseline_rewards, seed=0):
-    """Win rate of a model against the baseline, its 95% bootstrap interval over prompts, and the reward delta.
-
-    The prompt is the unit that is resampled: completions of one prompt are not independent of each other.
+    - `win_rate`: per prompt, the share of (model, baseline) completion pairs won under the reward (ties half),
+      averaged over prompts; `ci_low`/`ci_high`: its 95% bootstrap interval over prompts; `mean_reward_delta`.
+    - With the verifier: `accuracy_delta`, the gain in verifier accuracy, with a paired 95% bootstrap interval
+      (`accuracy_delta_ci_low`/`_high`): the per-prompt differences are resampled, prompts being shared.
     """
-    scores = prompt_win_scores(model_rewards, baseline_rewards)
+    def rewards(prompts):
+        return [[c["reward"] for c in cs] for cs in prompts]
+
+    scores = prompt_win_scores(rewards(model_prompts), rewards(baseline_prompts))
     low, high = bootstrap_interval(scores, seed=seed)
-    flat = [r for rewards in model_rewards for r in rewards]
-    flat_baseline = [r for rewards in baseline_rewards for r in rewards]
-    return {
+    flat = [r for rs in rewards(model_prompts) for r in rs]
+    flat_baseline = [r for rs in rewards(baseline_prompts) for r in rs]
+    result = {
         "win_rate": statistics.fmean(scores),
         "ci_low": low,
         "ci_high": high,
         "mean_reward_delta": statistics.fmean(flat) - statistics.fmean(flat_baseline),
     }
+    if "verdict" in model_prompts[0][0]:
+        deltas = [ours - theirs for ours, theirs in zip(prompt_shares(model_prompts, "correct"),
+                                                         prompt_shares(baseline_prompts, "correct"), strict=True)]
+        low, high = bootstrap_interval(deltas, seed=seed)
+        result.update(accuracy_delta=statistics.fmean(deltas), accuracy_delta_ci_low=low, accuracy_delta_ci_high=high)
+    return result
+
+
+################
+# Prompts, generation, scoring
+################
+
+
+def draw_prompts(rows, train_samples, num_prompts, seed):
+    """(picked rows, their row numbers): `num_prompts` rows drawn (seeded) from those after the first
+    `train_samples`, the rows training used. `rows` are prompt rows (a `prompt` column plus the dataset's others)."""
+    picked = sorted(random.Random(seed).sample(range(len(rows)), min(num_prompts, len(rows))))
+    return [rows[i] for i in picked], [train_samples + i for i in picked]
 
 
 def generate(model, tokenizer, prompts, num_completions, max_new_tokens, temperature, top_p, batch_size, seed,
@@ -105,7 +154,9 @@ def generate(model, tokenizer, prompts, num_completions, max_new_tokens, tempera
     """
     import torch
 
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    from rlhf.data import render_prompt
+
+    texts = [render_prompt(tokenizer, p) for p in prompts]
     jobs = [(i, text) for i, text in enumerate(texts) for _ in range(num_completions)]
     results = [[] for _ in prompts]
     eos_id = tokenizer.eos_token_id
@@ -131,3 +182,46 @@ def generate(model, tokenizer, prompts, num_completions, max_new_tokens, tempera
         if progress is not None:
             progress.update(len(batch))
     return results
+
+
+def score(funcs, weights, rows, completions):
+    """Give every completion its `rewards` per function, their weighted sum `reward`, and its `rank` among the
+    completions of its prompt; with the math verifier (`boxed_answer`), its `verdict` too."""
+    flat = [(row, c) for row, cs in zip(rows, completions) for c in cs]
+    columns = {key: [row[key] for row, _ in flat] for key in rows[0] if key != "prompt"}
+    prompts = [row["prompt"] for row, _ in flat]
+    messages = [[{"role": "assistant", "content": c["text"]}] for _, c in flat]
+    per_func = {func.__name__: func(prompts=prompts, completions=messages, **columns) for func in funcs}
+    verifier = next((getattr(func, "func", func) for func in funcs if func.__name__ == "boxed_answer"), None)
+    for i, (_, completion) in enumerate(flat):
+        completion["rewards"] = {name: values[i] for name, values in per_func.items()}
+        completion["reward"] = sum(w * values[i] for w, values in zip(weights, per_func.values()))
+        if verifier is not None:
+            completion["verdict"] = verifier.last_verdicts[i]
+    for cs in completions:
+        for completion, rank in zip(cs, rank_labels([c["reward"] for c in cs])):
+            completion["rank"] = rank
+
+
+def format_table(results, comparison):
+    """The terminal summary of an evaluation: one line per model, then the verifier's figures when it scored."""
+    wins = {c["model_path"]: c for c in comparison}
+    lines = [f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  win rate vs baseline"]
+    for r in results:
+        s, c = r["summary"], wins.get(r["model_path"])
+        corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
+        win = "(baseline)" if c is None else (
+            f"{c['win_rate']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}]  Δreward {c['mean_reward_delta']:+.3f}")
+        lines.append(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
+                     f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
+    if results and "verifier_accuracy" in results[0]["summary"]:
+        lines.append(f"\n{'model':<40} {'boxed':>6} {'accuracy [95% CI]':>20} {'timeouts':>9}  accuracy gain vs baseline")
+        for r in results:
+            s, c = r["summary"], wins.get(r["model_path"])
+            gain = "(baseline)" if c is None else (
+                f"{c['accuracy_delta']:+.1%} [{c['accuracy_delta_ci_low']:+.1%}, {c['accuracy_delta_ci_high']:+.1%}]")
+            accuracy = (f"{s['verifier_accuracy']:.1%} [{s['verifier_accuracy_ci_low']:.0%}, "
+                        f"{s['verifier_accuracy_ci_high']:.0%}]")
+            lines.append(f"{r['model_path'][-40:]:<40} {s['format_rate']:>6.0%} {accuracy:>20} "
+                         f"{s['verifier_timeouts']:>9}  {gain}")
+    return "\n".join(lines)

@@ -49,6 +49,7 @@ class BoxedAnswer:
                         verifier.MISSING: missing}
         self.time_limit = time_limit
         self.timeouts = 0
+        self.last_verdicts = []  # of the last call, one per completion: what the evaluation reports
 
     def __call__(self, prompts, completions, ground_truth=None, answer=None, **kwargs):
         references = ground_truth if ground_truth is not None else answer
@@ -56,6 +57,7 @@ class BoxedAnswer:
             raise ValueError("the dataset has neither a `ground_truth` nor an `answer` column")
         verdicts = [verifier.verdict(completion_text(completion), reference, self.time_limit)
                     for completion, reference in zip(completions, references)]
+        self.last_verdicts = verdicts
         timeouts = verdicts.count(verifier.TIMEOUT)
         if timeouts:
             self.timeouts += timeouts

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from conftest import assert_ok, grpo_args, run_script, scalars
 from rlhf import tiny
 
@@ -67,17 +69,23 @@ def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path):
     assert result.returncode == 2 and "--reward_weights has 2 values for 1" in result.stderr
 
 
-def test_evaluation_reports_verifier_accuracy(tiny_models, tmp_path):
+def test_evaluation_reports_format_rate_verifier_accuracy_and_the_gain(tiny_models, tmp_path):
     data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
     out = tmp_path / "eval.json"
-    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], "--dataset_name", data,
-                        "--train_samples", "8", "--num_prompts", "3", "--num_completions", "2",
+    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], tiny_models["policy"],
+                        "--dataset_name", data, "--train_samples", "8", "--num_prompts", "3", "--num_completions", "2",
                         "--max_new_tokens", "6", "--reward_funcs", "boxed_answer", "reward_model",
                         "--reward_model_path", tiny_models["reward_model"], "--output_file", out)
     assert result.returncode == 0, result.stderr[-3000:]
-    (model,) = json.loads(out.read_text())["models"]
-    assert model["summary"]["verifier_accuracy"] == 0.0
-    completion = model["prompts"][0]["completions"][0]
-    assert completion["rewards"]["boxed_answer"] == -0.5
-    assert completion["reward"] == __import__("pytest").approx(-0.5 + completion["rewards"]["reward_model"])
-    assert "verifier accuracy" in result.stdout
+    report = json.loads(out.read_text())
+    summary = report["models"][0]["summary"]
+    # The tiny random model never writes a \boxed{} answer: no format, no accuracy, no spread.
+    assert (summary["format_rate"], summary["verifier_accuracy"], summary["verifier_timeouts"]) == (0.0, 0.0, 0)
+    assert (summary["verifier_accuracy_ci_low"], summary["verifier_accuracy_ci_high"]) == (0.0, 0.0)
+    completion = report["models"][0]["prompts"][0]["completions"][0]
+    assert completion["verdict"] == "missing" and completion["rewards"]["boxed_answer"] == -0.5
+    assert completion["reward"] == pytest.approx(-0.5 + completion["rewards"]["reward_model"])
+    (comparison,) = report["comparison"]  # the same model again: no gain
+    assert (comparison["accuracy_delta"], comparison["accuracy_delta_ci_low"],
+            comparison["accuracy_delta_ci_high"]) == (0.0, 0.0, 0.0)
+    assert "accuracy gain vs baseline" in result.stdout

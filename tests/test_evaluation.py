@@ -19,16 +19,22 @@ def test_win_scores_count_ties_half_and_use_every_pair():
     assert scores == [1.0, 0.5, pytest.approx((0.5 + 0 + 0 + 0) / 4)]
 
 
+def rewarded(*per_prompt):
+    """Completions given by their rewards, one list per prompt."""
+    return [[{"reward": r, "num_tokens": 5, "ended_with_eos": True} for r in rewards] for rewards in per_prompt]
+
+
 def test_win_rate_interval_brackets_the_estimate_and_narrows_with_more_prompts():
-    few = compare([[1.0], [0.0], [1.0], [1.0]], [[0.0], [1.0], [0.0], [0.0]])
+    few = compare(rewarded([1.0], [0.0], [1.0], [1.0]), rewarded([0.0], [1.0], [0.0], [0.0]))
     assert few["win_rate"] == 0.75
     assert few["ci_low"] <= 0.75 <= few["ci_high"]
     assert few["mean_reward_delta"] == pytest.approx(0.75 - 0.25)
-    many = compare([[1.0], [0.0], [1.0], [1.0]] * 25, [[0.0], [1.0], [0.0], [0.0]] * 25)
+    assert "accuracy_delta" not in few  # no verifier, no accuracy figures
+    many = compare(rewarded(*[[1.0], [0.0], [1.0], [1.0]] * 25), rewarded(*[[0.0], [1.0], [0.0], [0.0]] * 25))
     assert many["win_rate"] == 0.75
     assert many["ci_high"] - many["ci_low"] < few["ci_high"] - few["ci_low"]
     # A model identical to the baseline wins exactly half, with no spread.
-    same = compare([[0.3, 0.7]] * 5, [[0.3, 0.7]] * 5)
+    same = compare(rewarded(*[[0.3, 0.7]] * 5), rewarded(*[[0.3, 0.7]] * 5))
     assert (same["win_rate"], same["ci_low"], same["ci_high"], same["mean_reward_delta"]) == (0.5, 0.5, 0.5, 0)
 
 
@@ -41,13 +47,56 @@ def test_bootstrap_is_reproducible_and_matches_a_known_case():
 
 
 def test_summary_and_length_correlation():
-    completions = [{"reward": r, "num_tokens": n, "ended_with_eos": e}
-                   for r, n, e in [(1.0, 10, True), (2.0, 20, True), (3.0, 30, False)]]
+    completions = [[{"reward": r, "num_tokens": n, "ended_with_eos": e}
+                    for r, n, e in [(1.0, 10, True), (2.0, 20, True)]], [{"reward": 3.0, "num_tokens": 30,
+                                                                         "ended_with_eos": False}]]
     summary = summarize(completions)
     assert summary["mean_reward"] == 2.0 and summary["min_reward"] == 1.0 and summary["max_reward"] == 3.0
     assert summary["mean_length"] == 20.0 and summary["eos_rate"] == pytest.approx(2 / 3)
     assert summary["reward_length_correlation"] == pytest.approx(1.0)
+    assert "verifier_accuracy" not in summary  # no verifier, no verifier figures
     assert pearson([1, 1, 1], [1, 2, 3]) is None
+
+
+def verdicts(*per_prompt):
+    """Completions given by their verifier verdicts, one string of letters per prompt (c correct, w wrong,
+    m missing, t timeout)."""
+    names = {"c": "correct", "w": "wrong", "m": "missing", "t": "timeout"}
+    return [[{"reward": float(v == "c"), "num_tokens": 5, "ended_with_eos": True, "verdict": names[v]} for v in p]
+            for p in per_prompt]
+
+
+def test_verifier_summary_counts_format_accuracy_and_timeouts():
+    summary = summarize(verdicts("cc", "cw", "mm", "tw"))
+    assert summary["verifier_accuracy"] == pytest.approx(3 / 8)
+    assert summary["format_rate"] == pytest.approx(6 / 8)  # every completion with a final answer, right or not
+    assert summary["verifier_timeouts"] == 1
+    assert summary["verifier_accuracy_ci_low"] <= 3 / 8 <= summary["verifier_accuracy_ci_high"]
+
+
+def test_accuracy_gain_interval_is_paired_over_prompts():
+    # 20 prompts; the baseline solves the first 10, the model the same 10 and 5 more.
+    baseline = verdicts(*(["c"] * 10 + ["w"] * 10))
+    model = verdicts(*(["c"] * 15 + ["w"] * 5))
+    result = compare(model, baseline, seed=1)
+    assert result["accuracy_delta"] == pytest.approx(0.25)
+    # Each model's own interval is wide (+-0.2) and they overlap, but the per-prompt differences never go below
+    # 0: the paired interval excludes 0.
+    model_summary, baseline_summary = summarize(model, seed=1), summarize(baseline, seed=1)
+    assert model_summary["verifier_accuracy_ci_low"] < baseline_summary["verifier_accuracy_ci_high"]
+    assert 0 < result["accuracy_delta_ci_low"] <= 0.25 <= result["accuracy_delta_ci_high"]
+    same = compare(baseline, baseline)
+    assert (same["accuracy_delta"], same["accuracy_delta_ci_low"], same["accuracy_delta_ci_high"]) == (0, 0, 0)
+
+
+def test_draw_prompts_is_seeded_and_numbers_rows_after_the_training_ones():
+    from rlhf.evaluation import draw_prompts
+
+    rows = [{"prompt": i} for i in range(50)]
+    picked, numbers = draw_prompts(rows, train_samples=100, num_prompts=5, seed=3)
+    assert (picked, numbers) == draw_prompts(rows, 100, 5, 3)
+    assert [row["prompt"] + 100 for row in picked] == numbers and numbers == sorted(numbers)
+    assert len(draw_prompts(rows, 100, 500, 3)[0]) == 50  # more asked than there are: all of them
 
 
 def eval_args(tiny_models, output, *models, extra=()):
