@@ -54,10 +54,9 @@ def run_stage(name, command, timings):
 
 
 def finished(output_dir):
-    try:
-        return bool(json.loads((output_dir / "run_manifest.json").read_text())["finished_at"])
-    except (OSError, ValueError, KeyError):
-        return False
+    from rlhf.run import read_manifest
+
+    return bool(read_manifest(output_dir).get("finished_at"))
 
 
 def main():

@@ -8,6 +8,8 @@ The GGUF holds Q4_1 weights; transformers (with the `gguf` package) de-quantizes
 """
 
 import importlib.util
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -47,10 +49,17 @@ def ensure_bundled(path=BUNDLED_NAME):
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer.remove_quantization_config(model)  # else save_pretrained refuses the GGUF "quantization"
     tokenizer.model_max_length = MAX_LENGTH
-    tmp = path.with_name(path.name + ".partial")  # renamed at the end: a cut-short conversion is never used
+    # Written aside and renamed at the end: a cut-short conversion is never used. One folder per process, since
+    # every process of a multi-process launch may convert at once; the first rename wins, the others are dropped.
+    tmp = path.with_name(f"{path.name}.partial.{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.replace(path)
+    try:
+        tmp.replace(path)
+    except OSError:
+        if not (path / "model.safetensors").is_file():
+            raise
+        shutil.rmtree(tmp)  # another process finished first: its copy is the same
     return path
 
 

@@ -19,12 +19,13 @@ def check_model_source(name_or_path, what, flag, hint=""):
     """Fail early on a local model that does not exist, is a file, or is a folder with no model in it.
 
     A LoRA adapter folder (`adapter_config.json`) counts as a model: its base is checked in turn. The bundled
-    SmolLM2 (`bundled/SmolLM2-135M-Instruct`) is converted here on first use.
+    SmolLM2 (`bundled/SmolLM2-135M-Instruct`) counts once its package is installed: loading converts it.
     """
-    from rlhf.bundled import ensure_bundled, is_bundled
+    from rlhf.bundled import gguf_folder, is_bundled
 
-    if is_bundled(name_or_path):
-        ensure_bundled(name_or_path)
+    if is_bundled(name_or_path) and not (Path(name_or_path) / "config.json").is_file():
+        gguf_folder()  # a UserError naming the package to install when it is missing
+        return
     path = Path(name_or_path).expanduser()
     if path.is_file():
         raise UserError(f"{what} {name_or_path} is a file; point {flag} at a model folder (with config.json) or a "
@@ -79,8 +80,16 @@ def adapter_base(path):
     return None if config is None else config.get("base_model_name_or_path")
 
 
+def loadable(name_or_path):
+    """What to load `name_or_path` from: itself; the bundled SmolLM2 is converted from its GGUF on first use."""
+    from rlhf.bundled import ensure_bundled, is_bundled
+
+    return ensure_bundled(name_or_path) if is_bundled(name_or_path) else name_or_path
+
+
 def tokenizer_source(path):
     """Where a model's tokenizer is: the model itself, or the base of an adapter folder saved without one."""
+    path = loadable(path)
     base = adapter_base(path)
     has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
     return base if base is not None and not has_tokenizer else path
@@ -90,6 +99,7 @@ def load_causal_lm(path, dtype="float32", trust_remote_code=False):
     """A causal LM and its tokenizer (left padding); a LoRA adapter folder is loaded onto its base and merged."""
     from transformers import AutoModelForCausalLM
 
+    path = loadable(path)
     if adapter_base(path) is None:
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dtype, trust_remote_code))
     else:
@@ -104,6 +114,7 @@ def load_sequence_classifier(path, dtype="float32", trust_remote_code=False):
     from transformers import AutoModelForSequenceClassification
 
     kwargs = load_kwargs(dtype, trust_remote_code)
+    path = loadable(path)
     config = adapter_config(path)
     if config is None:
         return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs)
@@ -123,6 +134,7 @@ def trainable_model_path(name_or_path, output_dir, trust_remote_code=False):
     The merge is written once to `output_dir/start_model` (float32), because TRL loads the policy and its frozen
     reference copy by path: both must start from the merged weights. A resumed run finds it there.
     """
+    name_or_path = loadable(name_or_path)
     if adapter_base(name_or_path) is None:
         return name_or_path
     from accelerate import PartialState

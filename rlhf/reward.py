@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlhf.errors import NonFiniteError, UserError, first_line
 from rlhf.run import is_main_process
-from rlhf.models import adapter_base, check_model_source, load_sequence_classifier, tokenizer_source
+from rlhf.models import adapter_base, check_model_source, load_sequence_classifier, loadable, tokenizer_source
 
 REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
 PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
@@ -59,6 +59,7 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
     from transformers import AutoConfig, AutoTokenizer
 
     check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
+    path = loadable(path)
     if adapter_base(path) is None:
         try:
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
