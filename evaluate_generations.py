@@ -65,7 +65,7 @@ def main(args, rewards):
     # Generate and score, one model at a time
     ################
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    scorer_dtype = reward_model_dtype(rewards.reward_model_dtype, args.dtype, bf16=False)
+    scorer_dtype = reward_model_dtype(rewards.reward_model_dtype, args.dtype, on_gpu=device == "cuda")
     load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, scorer_dtype,
                                     args.trust_remote_code, device, args.batch_size)
     funcs = load_reward_funcs(rewards.reward_funcs, load_scorer, rewards.boxed_rewards)

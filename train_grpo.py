@@ -19,8 +19,8 @@ import logging
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.models import (check_4bit, check_model_source, load_kwargs, load_tokenizer, lora_config,
-                         reward_model_dtype, trainable_model_path)
+from rlhf.models import (check_4bit, check_model_source, check_precision, load_kwargs, load_tokenizer, lora_config,
+                         on_gpu, reward_model_dtype, trainable_model_path)
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
@@ -34,8 +34,9 @@ def main(model_args, data_args, reward_args, training_args):
     if "reward_model" in reward_args.reward_funcs:
         check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
-    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, training_args.bf16)
+    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     check_4bit(model_args.load_in_4bit)
+    check_precision(model_args, training_args)
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.

@@ -21,8 +21,8 @@ from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows, tokenize_prompts
 from rlhf.guard import guarded_train
-from rlhf.models import (check_4bit, check_model_source, load_kwargs, load_sequence_classifier, load_tokenizer,
-                         lora_config, reward_model_dtype, trainable_model_path)
+from rlhf.models import (check_4bit, check_model_source, check_precision, load_kwargs, load_sequence_classifier,
+                         load_tokenizer, lora_config, on_gpu, reward_model_dtype, trainable_model_path)
 from rlhf.ppo import VALUE_MODEL_DIR, AdaptiveKLCallback, ResumablePPOTrainer, check_same_tokenizer
 from rlhf.reward import REWARD_HINT, ensure_distinct_pad, load_reward_model
 from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
@@ -37,8 +37,9 @@ def main(model_args, data_args, training_args):
     check_model_source(reward_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_model_source(value_path, "value model", "--value_model_path")
     check_4bit(model_args.load_in_4bit)
+    check_precision(model_args, training_args)
     weights = load_kwargs(model_args.dtype, training_args.trust_remote_code)
-    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, training_args.bf16)
+    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path", training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)

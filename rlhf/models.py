@@ -211,11 +211,44 @@ def torch_dtype(name, flag="--dtype"):
     return name if name == "auto" else getattr(torch, name)
 
 
-def reward_model_dtype(choice, dtype, bf16):
-    """The dtype the frozen reward model loads in: `auto` is bfloat16 when training runs in bf16 (on a GPU), else
-    the policy's `dtype`. In bfloat16 it takes half the memory; its scores track float32 closely but not exactly
-    (README: Performance), which is why a CPU run, where bf16 speed depends on the processor, keeps float32."""
+def reward_model_dtype(choice, dtype, on_gpu):
+    """The dtype the frozen reward model loads in: `auto` is bfloat16 on a GPU, else the policy's `dtype`.
+
+    In bfloat16 it takes half the memory and scores faster on a GPU; its scores track float32 closely but not
+    exactly (README: Performance), which is why a CPU run, where bf16 speed depends on the processor, keeps float32.
+    """
     if choice == "auto":
-        return "bfloat16" if bf16 else dtype
+        return "bfloat16" if on_gpu else dtype
     torch_dtype(choice, "--reward_model_dtype")
     return choice
+
+
+def on_gpu(training_args):
+    """True when training runs on a CUDA GPU (not forced onto the CPU with --use_cpu)."""
+    import torch
+
+    return torch.cuda.is_available() and not training_args.use_cpu
+
+
+def check_precision(model_args, training_args):
+    """Refuse, before anything loads, precision settings that would train badly or crash.
+
+    - Full fine-tuning of weights loaded in bfloat16/float16: AdamW's updates (about 1e-5 of a weight at these
+      learning rates) are far below bfloat16's resolution (about 4e-3 relative) and are rounded away. Mixed
+      precision keeps float32 weights; LoRA trains float32 adapters over a frozen half-precision base.
+    - GRPO's static KV cache with float32 weights under bf16 autocast: the cache is float32, the new keys and
+      values bfloat16, and generation fails (index_copy_ dtype mismatch, seen on an H100).
+    """
+    half = model_args.dtype in ("bfloat16", "float16")
+    if half and not model_args.use_lora and not model_args.allow_half_precision_weights:
+        raise UserError(
+            f"--dtype {model_args.dtype} would train {model_args.dtype} weights, and AdamW updates smaller than "
+            "about 1e-3 of a weight round away to nothing; keep --dtype float32 (add --bf16 for bf16 compute), use "
+            "--use_lora, or pass --allow_half_precision_weights to train them anyway"
+        )
+    static = getattr(training_args, "cache_implementation", None) == "static"
+    if static and training_args.bf16 and model_args.dtype == "float32":
+        raise UserError(
+            "--cache_implementation static fails with float32 weights under --bf16 autocast (a float32 cache gets "
+            "bfloat16 keys); drop --bf16 (float32 with TF32 is the GPU default) or the static cache"
+        )

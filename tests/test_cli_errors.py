@@ -33,6 +33,10 @@ def test_an_empty_dataset_is_one_line(tiny_models, tmp_path, run_cli, script, co
     ("train_reward_model.py", ["--eval_samples", "-5"], "--eval_samples must be >= 0"),
     ("train_grpo.py", ["--max_samples", "-5"], "--max_samples must be >= 0"),
     ("train_grpo.py", ["--dataset_split", "test"], "single split, 'train'; drop --dataset_split test"),
+    ("train_grpo.py", ["--dtype", "bfloat16"], "--allow_half_precision_weights to train them anyway"),
+    ("train_ppo.py", ["--dtype", "float16"], "--allow_half_precision_weights to train them anyway"),
+    ("train_grpo.py", ["--use_cpu", "--bf16", "true", "--cache_implementation", "static"],
+     "--cache_implementation static fails with float32 weights under --bf16"),
 ])
 def test_values_a_user_can_type_are_one_line(tiny_models, tmp_path, run_cli, script, flags, message):
     build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]

@@ -18,17 +18,20 @@ def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "run"
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2"))
+    # 4 prompts generated together, trained on over 2 optimizer steps of 2 prompts each (the GPU default's shape).
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2",
+                                                    "--prompts_per_generation", "4"))
     assert_ok(result)
     logged = scalars(out)
     assert [step for step, _ in logged["train/kl"]] == [1, 2]
-    assert [step for step, _ in logged["train/reward"]] == [1, 2]
+    assert [step for step, _ in logged["train/reward"]] == [1]  # rewards are logged where they are generated
     assert "train/rewards/reward_model/mean" in logged
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.vocab_size == AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).config.vocab_size
     manifest = json.loads((out / "run_manifest.json").read_text())
     assert manifest["finished_at"] and manifest["global_step"] == 2
     assert manifest["config"]["GRPOTrainingConfig"]["beta"] == 0.04
+    assert manifest["config"]["GRPOTrainingConfig"]["steps_per_generation"] == 2
     assert manifest["versions"]["trl"] == "1.12.0"
 
 

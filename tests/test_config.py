@@ -1,6 +1,7 @@
 import pytest
 
-from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments, _cuda_supports_bf16
+import config
+from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, parse_args
 from rlhf.models import reward_model_dtype
 
@@ -24,8 +25,7 @@ def test_defaults_follow_the_seeds():
     assert (train.learning_rate, train.lr_scheduler_type.value, train.num_train_epochs) == (5e-6, "cosine", 3.0)
     assert (train.epsilon, train.save_total_limit, train.gradient_checkpointing) == (0.2, 2, True)
     assert train.report_to == ["tensorboard"]
-    # bf16 follows the machine: on with a bf16-capable CUDA GPU, off on a CPU (the test holds on either).
-    assert train.bf16 is _cuda_supports_bf16()
+    assert train.bf16 is False and train.tf32 is config._cuda_supports_tf32()  # TF32 where the GPU has it
 
 
 def test_four_prompts_of_four_completions_per_optimizer_step():
@@ -161,12 +161,12 @@ def test_ppo_config_defaults_and_checks():
         parse_args(ppo_types, ["--target_kl", "0"])
 
 
-def test_frozen_reward_model_dtype_follows_bf16_training_unless_set():
-    assert reward_model_dtype("auto", "float32", bf16=True) == "bfloat16"  # bf16 training on a GPU
-    assert reward_model_dtype("auto", "float32", bf16=False) == "float32"  # CPU: the policy's dtype
-    assert reward_model_dtype("float32", "float32", bf16=True) == "float32"
+def test_frozen_reward_model_dtype_is_bfloat16_on_a_gpu_unless_set():
+    assert reward_model_dtype("auto", "float32", on_gpu=True) == "bfloat16"
+    assert reward_model_dtype("auto", "float32", on_gpu=False) == "float32"  # CPU: the policy's dtype
+    assert reward_model_dtype("float32", "float32", on_gpu=True) == "float32"
     with pytest.raises(UserError, match="--reward_model_dtype float8"):
-        reward_model_dtype("float8", "float32", bf16=False)
+        reward_model_dtype("float8", "float32", on_gpu=False)
 
 
 @pytest.mark.parametrize("name", ["grpo", "ppo", "reward_model"])
@@ -205,3 +205,54 @@ def test_a_script_imports_only_its_own_trl_config():
     code = "import sys, config; config.GRPOTrainingConfig; print('trl.experimental' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr  # no PPO (TRL's experimental package) in a GRPO run
+
+
+def on_a_gpu(monkeypatch, gpu=True):
+    """Resolve the defaults as on an Ampere-or-newer CUDA GPU (or, gpu=False, on a CPU), whatever this machine is."""
+    import transformers.training_args
+
+    monkeypatch.setattr(config, "_cuda_available", lambda: gpu)
+    monkeypatch.setattr(config, "_cuda_supports_tf32", lambda: gpu)
+    monkeypatch.setattr(transformers.training_args, "is_torch_tf32_available", lambda: gpu)
+    monkeypatch.setattr(transformers.training_args, "enable_tf32", lambda enable: None)
+
+
+def ppo_parse(*args):
+    from config import PPOTrainingConfig
+
+    return parse_args((ModelArguments, PromptDataArguments, PPOTrainingConfig), list(args))[-1]
+
+
+def test_on_a_gpu_generation_is_batched_over_steps_and_matmuls_use_tf32(monkeypatch):
+    on_a_gpu(monkeypatch)
+    *_, train = parse()
+    # 64 prompts x 4 completions generated at once, then 16 optimizer steps of 4 prompts x 4 completions.
+    assert (train.prompts_per_generation, train.generation_batch_size, train.steps_per_generation) == (64, 256, 16)
+    assert train.per_device_train_batch_size * train.gradient_accumulation_steps == 16
+    assert (train.bf16, train.tf32) == (False, True)
+    ppo = ppo_parse()
+    # 64 prompts per rollout, trained on in 16 mini-batches of the 4 prompts of one optimizer step.
+    assert (ppo.prompts_per_rollout, ppo.num_mini_batches, ppo.per_device_train_batch_size) == (64, 16, 4)
+    assert ppo.local_rollout_forward_batch_size == 16
+
+
+def test_on_a_cpu_each_step_generates_its_own_prompts(monkeypatch):
+    on_a_gpu(monkeypatch, gpu=False)
+    *_, train = parse()
+    assert (train.prompts_per_generation, train.generation_batch_size, train.steps_per_generation) == (4, 16, 1)
+    assert (train.bf16, train.tf32) == (False, False)
+    ppo = ppo_parse()
+    assert (ppo.prompts_per_rollout, ppo.num_mini_batches) == (4, 1)
+
+
+def test_generation_and_rollout_sizes_that_cannot_work_are_refused(monkeypatch):
+    on_a_gpu(monkeypatch, gpu=False)
+    *_, train = parse("--prompts_per_generation", "12", "--per_device_train_batch_size", "4")
+    assert (train.generation_batch_size, train.steps_per_generation, train.gradient_accumulation_steps) == (48, 12, 4)
+    with pytest.raises(UserError, match="--prompts_per_generation 6 is not a multiple of --prompts_per_step 4"):
+        parse("--prompts_per_generation", "6")
+    assert ppo_parse("--prompts_per_rollout", "32", "--per_device_train_batch_size", "8").num_mini_batches == 4
+    with pytest.raises(UserError, match="--prompts_per_rollout 6 is not a multiple of the 4 prompts"):
+        ppo_parse("--prompts_per_rollout", "6")
+    with pytest.raises(UserError, match="--num_mini_batches 3 conflicts"):
+        ppo_parse("--prompts_per_rollout", "16", "--num_mini_batches", "3")
