@@ -1,12 +1,17 @@
-"""The whole pipeline on the real SmolLM2-135M-Instruct, offline, on a CPU, in about 13 minutes.
+"""The whole pipeline on the real SmolLM2-135M-Instruct, offline, on a CPU (or faster on a GPU).
 
-    python quickstart.py            # bundled SmolLM2 + the shipped preference data (data/preferences.jsonl)
-    python quickstart.py --tiny     # the same pipeline on tiny random models, in about a minute
+    python quickstart.py                  # reward model -> GRPO -> PPO -> evaluation (win rates) -> plots
+    python quickstart.py --task math      # GRPO on arithmetic with the math verifier -> accuracy before/after
+    python quickstart.py --seed 2         # the same with another seed, into its own folder
+    python quickstart.py --tiny           # the reward-model pipeline on tiny random models, in about a minute
 
-Stages: reward model -> GRPO -> PPO -> evaluation of base vs GRPO vs PPO on held-out prompts -> plots.
-Each stage runs the package's own script as a subprocess; the command is printed first, so you can re-run or
-change any stage by hand. The first 320 of the 400 shipped pairs train; the last 80 are held out for
-evaluation. Re-running continues: finished stages are skipped, an interrupted one resumes.
+--task rm: a reward model trained on the first 320 of the 400 shipped preference pairs (data/preferences.jsonl),
+GRPO and PPO against it, then base vs GRPO vs PPO on prompts of the 80 held-out pairs: win rate under the reward
+model with a 95% interval. --task math: GRPO with the boxed_answer verifier (+ boxed_format) on data/math_train.jsonl,
+then base vs trained on held-out problems of data/math_test.jsonl: format rate and verifier accuracy (95% interval)
+and the accuracy gain (paired 95% interval). Each stage runs the package's own script as a subprocess and prints
+the command first, so you can re-run or change any stage by hand. Re-running continues: a finished stage has
+nothing to do, an interrupted one resumes.
 """
 
 import argparse
@@ -17,21 +22,34 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-DATA = ROOT / "data" / "preferences.jsonl"
-TRAIN_ROWS = 320  # the rest of the 400 shipped rows are held out for evaluation
+PREFERENCES = ROOT / "data" / "preferences.jsonl"
+PREFERENCE_TRAIN_ROWS = 320  # the rest of the 400 shipped pairs are held out for evaluation
+MATH_TRAIN, MATH_TEST = ROOT / "data" / "math_train.jsonl", ROOT / "data" / "math_test.jsonl"
+MATH_SYSTEM_PROMPT = "Solve the problem. Put your final answer within \\boxed{}."
 
-# Settings chosen so that the real run fits in ~15 minutes on 2 CPU cores and GRPO still learns (see README).
-REAL = {
-    "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
-               "--eval_samples", "40", "--logging_steps", "2", "--no_gradient_checkpointing"],
-    "grpo": ["--max_steps", "16", "--learning_rate", "3e-5", "--num_generations", "4", "--prompts_per_step", "2",
-             "--per_device_train_batch_size", "8", "--max_completion_length", "64", "--beta", "0.04",
-             "--save_steps", "4", "--no_gradient_checkpointing"],
-    "ppo": ["--total_episodes", "16", "--learning_rate", "1e-5", "--per_device_train_batch_size", "4",
-            "--num_ppo_epochs", "2", "--max_completion_length", "64", "--save_steps", "2",
-            "--no_gradient_checkpointing"],
-    "evaluate": ["--num_prompts", "20", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "16"],
+# Settings per task and machine, chosen by measurement (README: Quickstart) so that the CPU runs fit in about 15
+# minutes on 2 cores and training still helps.
+SETTINGS = {
+    ("rm", "cpu"): {
+        "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
+                   "--eval_samples", "40", "--logging_steps", "2", "--no_gradient_checkpointing"],
+        "grpo": ["--max_steps", "16", "--learning_rate", "3e-5", "--num_generations", "4", "--prompts_per_step", "2",
+                 "--per_device_train_batch_size", "8", "--max_completion_length", "64", "--beta", "0.04",
+                 "--save_steps", "4", "--no_gradient_checkpointing"],
+        "ppo": ["--total_episodes", "16", "--learning_rate", "1e-5", "--per_device_train_batch_size", "4",
+                "--num_ppo_epochs", "2", "--max_completion_length", "64", "--save_steps", "2",
+                "--no_gradient_checkpointing"],
+        "evaluate": ["--num_prompts", "20", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "16"],
+    },
+    ("math", "cpu"): {
+        "grpo": ["--max_steps", "30", "--learning_rate", "2e-5", "--num_generations", "8", "--prompts_per_step", "4",
+                 "--per_device_train_batch_size", "32", "--max_completion_length", "48", "--beta", "0.04",
+                 "--save_steps", "10", "--no_gradient_checkpointing"],
+        "evaluate": ["--num_prompts", "100", "--num_completions", "2", "--max_new_tokens", "48", "--batch_size", "50"],
+    },
 }
+SETTINGS[("rm", "gpu")] = SETTINGS[("rm", "cpu")]
+SETTINGS[("math", "gpu")] = SETTINGS[("math", "cpu")]
 TINY = {
     "reward": ["--max_steps", "4", "--per_device_train_batch_size", "4", "--eval_samples", "20", "--logging_steps", "1"],
     "grpo": ["--max_steps", "4", "--num_generations", "2", "--prompts_per_step", "2", "--per_device_train_batch_size",
@@ -49,23 +67,31 @@ def run_stage(name, command, timings):
     timings[name] = round(time.perf_counter() - start, 1)
     if result.returncode != 0:
         print(f"error: the {name} stage failed (exit code {result.returncode}); see its output above. Re-running "
-              "`python quickstart.py` resumes from where it stopped.", file=sys.stderr)
+              "`python quickstart.py` with the same flags resumes from where it stopped.", file=sys.stderr)
         sys.exit(result.returncode)
 
 
-def finished(output_dir):
-    from rlhf.run import read_manifest
+def up_to_date(report, models):
+    """True when `report` was written after every model it compares last finished: nothing to evaluate anew.
 
-    return bool(read_manifest(output_dir).get("finished_at"))
+    A finished run's manifest is written last, when its final model is saved.
+    """
+    from rlhf.run import MANIFEST
+
+    manifests = [model / MANIFEST for model in models]
+    return report.exists() and all(m.exists() and m.stat().st_mtime < report.stat().st_mtime for m in manifests)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", "--output-dir", default="./quickstart_output", help="where everything goes")
+    parser.add_argument("--task", choices=("rm", "math"), default="rm", help="rm: reward model, GRPO and PPO; "
+                        "math: GRPO with the math verifier")
+    parser.add_argument("--seed", type=int, default=42, help="seed of every stage (training and evaluation)")
+    parser.add_argument("--output_dir", "--output-dir", help="where everything goes (default: "
+                        "./quickstart_output/<task>_seed<seed>)")
     parser.add_argument("--tiny", action="store_true", help="tiny random models instead of SmolLM2 (~1 minute)")
     args = parser.parse_args()
-    out = Path(args.output_dir).resolve()
-    settings = TINY if args.tiny else REAL
+    out = Path(args.output_dir or f"quickstart_output/{args.task}_seed{args.seed}").resolve()
     timings, begin = {}, time.perf_counter()
 
     print("=== models ===", flush=True)
@@ -76,55 +102,78 @@ def main():
         base = out / "tiny" / "policy"
         if not (base / "config.json").exists():
             tiny.build_all(out / "tiny")
+        settings, device = TINY, "cpu"
     else:
+        import torch
+
         from rlhf.bundled import BUNDLED_NAME, ensure_bundled
 
         base = ensure_bundled(ROOT / BUNDLED_NAME)
+        device = "gpu" if torch.cuda.is_available() else "cpu"
+        settings = SETTINGS[(args.task, device)]
     timings["models"] = round(time.perf_counter() - start, 1)
-    print(f"policy and reward models start from {base}")
+    print(f"the policy starts from {base}; settings for a {device.upper()}")
 
-    reward, grpo, ppo = out / "reward_model", out / "grpo", out / "ppo"
-    common = ["--model_name_or_path", base, "--dataset_name", DATA, "--max_samples", TRAIN_ROWS]
-    stages = [
-        ("reward model", reward, ["train_reward_model.py", *common, "--output_dir", reward, *settings["reward"]]),
-        ("GRPO", grpo, ["train_grpo.py", *common, "--reward_model_path", reward, "--output_dir", grpo,
-                        *settings["grpo"]]),
-        ("PPO", ppo, ["train_ppo.py", *common, "--reward_model_path", reward, "--output_dir", ppo, *settings["ppo"]]),
-    ]
-    for name, output_dir, command in stages:
-        if finished(output_dir):
-            print(f"\n=== {name} === already done in {output_dir}")
-        else:
-            run_stage(name, command, timings)
+    seed = ["--seed", args.seed]
+    if args.task == "math":
+        trained = [out / "grpo"]
+        run_stage("GRPO", ["train_grpo.py", "--model_name_or_path", base, "--dataset_name", MATH_TRAIN, "--max_samples",
+                           0, "--reward_funcs", "boxed_answer", "boxed_format", "--system_prompt", MATH_SYSTEM_PROMPT,
+                           "--output_dir", out / "grpo", *seed, *settings["grpo"]], timings)
+        data = ["--dataset_name", MATH_TEST, "--train_samples", 0, "--reward_funcs", "boxed_answer", "boxed_format",
+                "--system_prompt", MATH_SYSTEM_PROMPT]
+    else:
+        reward, trained = out / "reward_model", [out / "grpo", out / "ppo"]
+        common = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--max_samples", PREFERENCE_TRAIN_ROWS,
+                  *seed]
+        run_stage("reward model", ["train_reward_model.py", *common, "--output_dir", reward, *settings["reward"]],
+                  timings)
+        for name, script, folder in (("GRPO", "train_grpo.py", out / "grpo"), ("PPO", "train_ppo.py", out / "ppo")):
+            run_stage(name, [script, *common, "--reward_model_path", reward, "--output_dir", folder,
+                             *settings[name.lower()]], timings)
+        data = ["--reward_model_path", reward, "--dataset_name", PREFERENCES, "--train_samples", PREFERENCE_TRAIN_ROWS]
 
     evaluation = out / "evaluation.json"
-    run_stage("evaluation", ["evaluate_generations.py", "--model_path", base, grpo, ppo, "--reward_model_path", reward,
-                             "--dataset_name", DATA, "--train_samples", TRAIN_ROWS, "--output_file", evaluation,
-                             *settings["evaluate"]], timings)
-    run_stage("plots", ["plot_training_progress.py", "--log_dir", grpo, ppo, "--output", out / "training_progress.png",
+    if up_to_date(evaluation, trained):
+        print(f"\n=== evaluation === up to date in {evaluation}")
+    else:
+        run_stage("evaluation", ["evaluate_generations.py", "--model_path", base, *trained, *data, *seed,
+                                 "--output_file", evaluation, *settings["evaluate"]], timings)
+    run_stage("plots", ["plot_training_progress.py", "--log_dir", *trained, "--output", out / "training_progress.png",
                         "--csv", out / "training_metrics.csv"], timings)
     timings["total"] = round(time.perf_counter() - begin, 1)
-    summarize(out, reward, evaluation, timings)
+    summarize(out, args, evaluation, timings)
 
 
-def summarize(out, reward, evaluation, timings):
-    accuracy = json.loads((reward / "reward_accuracy.json").read_text())
+def summarize(out, args, evaluation, timings):
+    """Print the result and write it to quickstart_summary.json."""
     report = json.loads(evaluation.read_text())
-    lines = ["", "=== summary ===",
-             f"reward model: held-out pairwise accuracy {accuracy['accuracy']:.2f} on {accuracy['num_pairs']} pairs"]
+    lines, summary = ["", "=== summary ==="], {"task": args.task, "seed": args.seed, "timings_s": timings}
+    if args.task == "rm":
+        accuracy = json.loads((out / "reward_model" / "reward_accuracy.json").read_text())
+        summary["reward_accuracy"] = accuracy
+        lines.append(f"reward model: held-out pairwise accuracy {accuracy['accuracy']:.2f} on "
+                     f"{accuracy['num_pairs']} pairs")
     for model in report["models"]:
         s = model["summary"]
-        lines.append(f"{Path(model['model_path']).name:>24}: mean reward {s['mean_reward']:+.3f} "
-                     f"(std {s['std_reward']:.3f}), EOS rate {s['eos_rate']:.0%}, {s['mean_length']:.0f} tokens")
+        line = (f"{Path(model['model_path']).name:>24}: mean reward {s['mean_reward']:+.3f}, EOS rate "
+                f"{s['eos_rate']:.0%}, {s['mean_length']:.0f} tokens")
+        if "verifier_accuracy" in s:
+            line += (f", boxed {s['format_rate']:.0%}, accuracy {s['verifier_accuracy']:.1%} (95% CI "
+                     f"{s['verifier_accuracy_ci_low']:.1%}-{s['verifier_accuracy_ci_high']:.1%})")
+        lines.append(line)
     for c in report["comparison"]:
-        lines.append(f"{Path(c['model_path']).name:>24} vs base: win rate {c['win_rate']:.2f} "
-                     f"(95% CI {c['ci_low']:.2f}-{c['ci_high']:.2f}), mean reward {c['mean_reward_delta']:+.3f}")
+        line = (f"{Path(c['model_path']).name:>24} vs base: win rate {c['win_rate']:.2f} "
+                f"(95% CI {c['ci_low']:.2f}-{c['ci_high']:.2f}), mean reward {c['mean_reward_delta']:+.3f}")
+        if "accuracy_delta" in c:
+            line += (f", accuracy {c['accuracy_delta']:+.1%} (paired 95% CI {c['accuracy_delta_ci_low']:+.1%} to "
+                     f"{c['accuracy_delta_ci_high']:+.1%})")
+        lines.append(line)
     lines.append("stage times (s): " + ", ".join(f"{name} {seconds}" for name, seconds in timings.items()))
-    lines.append(f"files: {reward} (reward model), {out / 'grpo'}, {out / 'ppo'}, {evaluation}, "
-                 f"{out / 'training_progress.png'}, {out / 'training_metrics.csv'}")
+    lines.append(f"files: {out} (models, {evaluation.name}, training_progress.png, training_metrics.csv)")
     print("\n".join(lines))
-    (out / "quickstart_summary.json").write_text(json.dumps(
-        {"reward_accuracy": accuracy, "comparison": report["comparison"], "timings_s": timings}, indent=2) + "\n")
+    summary.update(models={m["model_path"]: m["summary"] for m in report["models"]}, comparison=report["comparison"])
+    (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 if __name__ == "__main__":
