@@ -113,12 +113,12 @@ MIN_HELD_OUT = 4  # fewer held-out pairs than this measure nothing worth printin
 def held_out_size(num_pairs, requested):
     """How many of `num_pairs` preference pairs to hold out for the accuracy, and a note when it is not `requested`.
 
-    What was asked, while it is at most a fifth of the pairs. On a smaller set, a tenth of it (at least MIN_HELD_OUT,
+    What was asked, while it is at most a quarter of the pairs. On a smaller set, a tenth of it (at least MIN_HELD_OUT,
     at most what was asked), as long as at least as many pairs are left to train on; below that, none.
     """
     if requested == 0:
         return 0, "--eval_samples 0: no held-out accuracy is measured"
-    if requested * 5 <= num_pairs:
+    if requested * 4 <= num_pairs:
         return requested, None
     size = min(requested, max(MIN_HELD_OUT, num_pairs // 10))
     if num_pairs - size < size:

@@ -58,8 +58,8 @@ def test_reward_is_read_at_the_final_end_of_turn_token(tmp_path):
 
 
 @pytest.mark.parametrize("pairs, asked, held, note", [
-    (400, 50, 50, None),  # a fifth of the set or less: what was asked
-    (30, 6, 6, None),
+    (400, 50, 50, None),  # a quarter of the set or less: what was asked
+    (32, 8, 8, None),
     (52, 50, 5, "a tenth of the 52 pairs"),  # not 50 of 52: a tenth, so that training keeps 47
     (20, 50, 4, "a tenth of the 20 pairs"),  # a tenth is 2: at least 4
     (8, 50, 4, "a tenth of the 8 pairs"),  # 4 held out, 4 to train on
