@@ -3,9 +3,10 @@
     python data/make_math.py                   # rewrites both files (deterministic: same seed, same bytes)
     python data/make_math.py OUT_DIR           # writes them into OUT_DIR instead
 
-Rows use the `question` schema: `question`, `ground_truth` (a plain integer, as a string) and `kind`, the problem
-family: add_1digit, add_2digit, sub_2digit, mul_small, word_add, word_sub, word_mul. Every question holds exactly
-two numbers, its operands, in the order of the operation (minuend first): its answer follows from the text and kind.
+Rows use the `question` schema: `question` (the problem, then INSTRUCTION), `ground_truth` (a plain integer, as a
+string) and `kind`, the problem family: add_1digit, add_2digit, sub_2digit, mul_small, word_add, word_sub, word_mul.
+Every question holds exactly two numbers, its operands, in the order of the operation (minuend first): its answer
+follows from the text and the kind.
 
 Train and test are disjoint by operands, not only by text: each family's operand pairs (unordered for + and x) are
 split once, so no test problem is a rephrasing or a swapped-order version of a training problem.
@@ -18,6 +19,9 @@ from pathlib import Path
 
 OUTPUT_DIR = Path(__file__).resolve().parent
 SEED = 2024
+# In the user message, where SmolLM2-135M-Instruct heeds it more: 448 samples at temperature 0.7 held a \boxed{}
+# in 9.6% of cases with this sentence after the question, in 1.6% with "Answer the question." + it as system prompt.
+INSTRUCTION = " Put your final answer within \\boxed{}."
 
 ADD = ["What is {a} + {b}?", "Compute {a} + {b}.", "Add {a} and {b}.", "What is the sum of {a} and {b}?",
        "{a} + {b} = ?"]
@@ -73,7 +77,7 @@ def render(kind, key, rng):
     if commutative and rng.random() < 0.5:
         a, b = b, a
     question = rng.choice(templates).format(a=a, b=b, name=rng.choice(NAMES), things=rng.choice(THINGS))
-    return {"question": question, "ground_truth": str(operation(a, b)), "kind": kind}
+    return {"question": question + INSTRUCTION, "ground_truth": str(operation(a, b)), "kind": kind}
 
 
 def make_family(kind, rng):

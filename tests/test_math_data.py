@@ -48,6 +48,7 @@ def test_sizes_and_families():
     for rows in (train, test):
         assert {row["kind"] for row in rows} == KINDS
         assert all(set(row) == {"question", "ground_truth", "kind"} for row in rows)
+        assert all(row["question"].endswith(" Put your final answer within \\boxed{}.") for row in rows)
     assert len({row["question"] for row in train}) == len(train), "a training question appears twice"
 
 
