@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parent
 PREFERENCES = ROOT / "data" / "preferences.jsonl"
 PREFERENCE_TRAIN_ROWS = 320  # the rest of the 400 shipped pairs are held out for evaluation
 MATH_TRAIN, MATH_TEST = ROOT / "data" / "math_train.jsonl", ROOT / "data" / "math_test.jsonl"
-MATH_SYSTEM_PROMPT = "Solve the problem. Put your final answer within \\boxed{}."
+# A worked example: without it SmolLM2 boxes ~2% of its answers and nearly all of those boxes are empty; with it
+# (and the instruction that ends every question) ~11%, enough spread within a group of 8 for GRPO to learn from.
+MATH_SYSTEM_PROMPT = "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. \\boxed{5}"
 
 # Settings per task and machine, chosen by measurement (README: Quickstart) so that the CPU runs fit in about 15
 # minutes on 2 cores and training still helps.
@@ -42,10 +44,10 @@ SETTINGS = {
         "evaluate": ["--num_prompts", "20", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "16"],
     },
     ("math", "cpu"): {
-        "grpo": ["--max_steps", "30", "--learning_rate", "2e-5", "--num_generations", "8", "--prompts_per_step", "4",
-                 "--per_device_train_batch_size", "32", "--max_completion_length", "48", "--beta", "0.04",
-                 "--save_steps", "10", "--no_gradient_checkpointing"],
-        "evaluate": ["--num_prompts", "100", "--num_completions", "2", "--max_new_tokens", "48", "--batch_size", "50"],
+        "grpo": ["--max_steps", "8", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant", "--num_generations",
+                 "8", "--prompts_per_step", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "48",
+                 "--beta", "0.04", "--save_steps", "4", "--no_gradient_checkpointing"],
+        "evaluate": ["--num_prompts", "120", "--num_completions", "2", "--max_new_tokens", "48", "--batch_size", "60"],
     },
 }
 SETTINGS[("rm", "gpu")] = SETTINGS[("rm", "cpu")]
