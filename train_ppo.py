@@ -23,12 +23,14 @@ from rlhf.data import build_prompt_dataset, load_rows, tokenize_prompts
 from rlhf.guard import guarded_train
 from rlhf.models import (check_4bit, check_model_source, check_precision, load_kwargs, load_sequence_classifier,
                          load_tokenizer, lora_config, on_gpu, reward_model_dtype, trainable_model_path)
-from rlhf.ppo import VALUE_MODEL_DIR, AdaptiveKLCallback, ResumablePPOTrainer, check_same_tokenizer
 from rlhf.reward import REWARD_HINT, ensure_distinct_pad, load_reward_model
 from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
 
 def main(model_args, data_args, training_args):
+    # Imported here, inside cli(): a TRL release other than the pinned one is then refused in one line.
+    from rlhf.ppo import VALUE_MODEL_DIR, ResumablePPOTrainer, check_same_tokenizer
+
     configs = (model_args, data_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
     policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_path
@@ -90,8 +92,6 @@ def main(model_args, data_args, training_args):
         eval_dataset=train_dataset.select(range(min(8, len(train_dataset)))),
         peft_config=lora_config(model_args),
     )
-    # First in line, so that the TensorBoard callback sees the objective/kl_coef it adds to the logs.
-    trainer.callback_handler.callbacks.insert(0, AdaptiveKLCallback(training_args.target_kl, training_args.kl_horizon))
     if resume_from:
         trainer.resume(resume_from, load_adapter=model_args.use_lora)
     guarded_train(trainer, training_args.output_dir, resume_from, train=trainer.train)

@@ -44,7 +44,9 @@ class Parser:
     """TRL's `TrlParser` (defaults < `--config file.yaml` < flags) with one-line errors and grouped help."""
 
     def __init__(self, dataclass_types, description=None):
-        from rlhf.trl_compat import TrlParser
+        from rlhf.trl_compat import TrlParser, check_trl_version
+
+        check_trl_version()  # before any flag is read: every script relies on the pinned release
 
         class _Parser(TrlParser):
             def error(self, message):  # argparse would print the usage and exit: one line instead

@@ -15,6 +15,7 @@ from transformers import TrainerCallback
 
 from rlhf.errors import NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
 from rlhf.run import is_main_process, last_checkpoint
+from rlhf.trl_compat import close_progress_bar
 
 INTERRUPTED_EXIT_CODE = 130
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
@@ -28,7 +29,12 @@ class TrainingInterrupted(Exception):
 
 
 class TrainingGuard(TrainerCallback):
-    """Turns SIGINT/SIGTERM into "save a checkpoint after this step, then stop", and watches logs for NaN."""
+    """Turns SIGINT/SIGTERM into "save a checkpoint after this step, then stop", and watches logs for NaN.
+
+    With several processes, all stop after the same step: each one joins the collective in `_any_process` at every
+    step end and every save, whatever its own flag says. A signal can reach some processes only (a SIGTERM sent to
+    one PID), and a process that skipped the collective would leave the others waiting in it.
+    """
 
     def __init__(self):
         self.stop_requested = False
@@ -48,7 +54,7 @@ class TrainingGuard(TrainerCallback):
         return control
 
     def on_save(self, args, state, control, **kwargs):
-        if self.stop_requested or _any_process(self.stop_requested, args):
+        if _any_process(self.stop_requested, args):
             raise TrainingInterrupted(state.global_step)  # the checkpoint is complete at this point
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -59,7 +65,10 @@ class TrainingGuard(TrainerCallback):
 
 
 def _any_process(flag, args):
-    """True if any process got the signal, so that all processes stop at the same step."""
+    """True if any process got the signal, so that all processes stop at the same step.
+
+    A collective when several processes run: every one of them must call it, the same number of times.
+    """
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -87,7 +96,7 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
         else:
             trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     except TrainingInterrupted as stop:
-        _close_progress_bar(trainer)
+        close_progress_bar(trainer)
         # The main process writes trainer_state.json, which marks the checkpoint complete: only it can name the
         # checkpoint for sure (another process may still find the previous one).
         if is_main_process():
@@ -98,11 +107,11 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
             )
         sys.exit(INTERRUPTED_EXIT_CODE)
     except UserError as error:  # e.g. a user's reward function that raised: one line, as before training
-        _close_progress_bar(trainer)
+        close_progress_bar(trainer)
         print(f"\nerror: {error}", file=sys.stderr)
         sys.exit(USER_ERROR_EXIT_CODE)
     except NonFiniteError as error:
-        _close_progress_bar(trainer)
+        close_progress_bar(trainer)
         checkpoint = last_checkpoint(output_dir)
         kept = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written"
         # The leading newline ends the progress bar's line, so the error starts a line of its own.
@@ -112,12 +121,3 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-
-
-def _close_progress_bar(trainer):
-    """Close the Trainer's progress bar now, so that it does not redraw itself after our last line."""
-    for callback in trainer.callback_handler.callbacks:
-        bar = getattr(callback, "training_bar", None)
-        if bar is not None:
-            bar.close()
-            callback.training_bar = None

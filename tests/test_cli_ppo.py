@@ -8,29 +8,6 @@ import pytest
 
 from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars, start_script, wait_for
 
-def test_adaptive_kl_moves_toward_the_target():
-    from rlhf.ppo import adaptive_kl_coef
-
-    assert adaptive_kl_coef(0.1, kl=12.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 1.02)
-    assert adaptive_kl_coef(0.1, kl=3.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 0.98)
-    assert adaptive_kl_coef(0.1, kl=6.6, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 1.01)
-    assert adaptive_kl_coef(0.1, kl=6.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1)
-
-
-def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
-    import torch
-
-    from rlhf.ppo import completion_lengths
-
-    eos = 2
-    completions = torch.tensor([[5, 6, eos, eos, eos],  # ended at its 3rd token; the rest is padding
-                                [eos, eos, eos, eos, eos],  # ended at once
-                                [5, 6, 7, 8, 9]])  # cut at the maximum length
-    lengths, clipped = completion_lengths(completions, eos)
-    assert lengths.tolist() == [3, 1, 5] and clipped.tolist() == [False, False, True]
-    lengths, clipped = completion_lengths(completions, None)  # no stop token: every completion runs to the end
-    assert lengths.tolist() == [5, 5, 5] and clipped.all()
-
 
 def eos_policy(source, path, eos_probability):
     """A copy of the tiny policy that samples EOS with probability `eos_probability` at every token (temperature 1)."""

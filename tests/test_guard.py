@@ -1,0 +1,163 @@
+"""`rlhf.guard` as a unit: signals, stopping at a checkpoint, the NaN watch, and every process stopping together.
+
+Real runs that are interrupted are in test_interruption.py (one process) and test_distributed.py (torchrun).
+"""
+
+import json
+import multiprocessing
+import os
+import signal
+import socket
+from types import SimpleNamespace
+
+import pytest
+from transformers import TrainerControl, TrainerState
+
+from rlhf.errors import NonFiniteError, UserError
+from rlhf.guard import TrainingGuard, TrainingInterrupted, guarded_train
+
+ARGS = SimpleNamespace(device="cpu")  # all the guard reads of the training arguments
+
+
+def test_a_first_signal_asks_for_a_stop_and_a_second_aborts(capsys):
+    guard = TrainingGuard()
+    guard.request_stop(signal.SIGINT, None)
+    assert guard.stop_requested
+    assert "SIGINT received: saving a checkpoint after this step" in capsys.readouterr().out
+    with pytest.raises(KeyboardInterrupt):
+        guard.request_stop(signal.SIGINT, None)
+
+
+def test_a_stop_saves_a_checkpoint_after_the_step_and_ends_once_it_is_saved():
+    guard, state = TrainingGuard(), TrainerState(global_step=7)
+    control = guard.on_step_end(ARGS, state, TrainerControl())
+    assert not control.should_save
+    guard.on_save(ARGS, state, control)  # no stop asked: training goes on
+
+    guard.stop_requested = True
+    control = guard.on_step_end(ARGS, state, TrainerControl())
+    assert control.should_save
+    with pytest.raises(TrainingInterrupted) as stop:
+        guard.on_save(ARGS, state, control)
+    assert stop.value.step == 7
+
+
+@pytest.mark.parametrize("key", ["loss", "grad_norm", "loss/policy_avg", "loss/value_avg"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_loss_or_gradient_norm_stops_the_run_naming_it_and_the_step(key, value):
+    with pytest.raises(NonFiniteError, match=rf"^training {key} became {value} at step 3$"):
+        TrainingGuard().on_log(ARGS, TrainerState(global_step=3), TrainerControl(), logs={key: value})
+
+
+def test_finite_logs_pass():
+    guard = TrainingGuard()
+    guard.on_log(ARGS, TrainerState(), TrainerControl(), logs={"loss": 0.5, "grad_norm": 1e30, "reward": 1.0})
+    guard.on_log(ARGS, TrainerState(), TrainerControl(), logs=None)
+
+
+class FakeTrainer:
+    """What guarded_train uses of a trainer: add_callback, and the callbacks (one holds a progress bar)."""
+
+    def __init__(self):
+        self.bar = SimpleNamespace(closed=False)
+        self.bar.close = lambda: setattr(self.bar, "closed", True)
+        self.callback_handler = SimpleNamespace(callbacks=[SimpleNamespace(training_bar=self.bar)])
+
+    def add_callback(self, callback):
+        self.callback_handler.callbacks.append(callback)
+
+    @property
+    def guard(self):
+        return next(callback for callback in self.callback_handler.callbacks if isinstance(callback, TrainingGuard))
+
+
+def write_checkpoint(output_dir, step):
+    checkpoint = output_dir / f"checkpoint-{step}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return checkpoint
+
+
+def test_sigterm_during_training_ends_after_the_next_checkpoint_with_exit_code_130(tmp_path, capsys):
+    trainer, state = FakeTrainer(), TrainerState(global_step=3)
+    handler_before = signal.getsignal(signal.SIGTERM)
+
+    def train():  # one step of a trainer's loop, with a SIGTERM in the middle of it
+        os.kill(os.getpid(), signal.SIGTERM)
+        control = trainer.guard.on_step_end(ARGS, state, TrainerControl())
+        assert control.should_save
+        write_checkpoint(tmp_path, 3)
+        trainer.guard.on_save(ARGS, state, control)
+        raise AssertionError("the guard did not stop training once the checkpoint was saved")
+
+    with pytest.raises(SystemExit) as exit:
+        guarded_train(trainer, tmp_path, train=train)
+    assert exit.value.code == 130
+    out = capsys.readouterr().out
+    assert "SIGTERM received" in out
+    assert f"Stopped at step 3; checkpoint saved in {tmp_path / 'checkpoint-3'}. Re-run the same command" in out
+    assert trainer.bar.closed  # before the last line, so that the bar does not draw itself again after it
+    assert signal.getsignal(signal.SIGTERM) is handler_before
+
+
+@pytest.mark.parametrize("error, code, said", [
+    (NonFiniteError("training loss became nan at step 5"), 1,
+     "error: training loss became nan at step 5; training stopped (the last good checkpoint is {checkpoint})."),
+    (UserError("reward function probe raised ValueError"), 2, "error: reward function probe raised ValueError"),
+])
+def test_a_non_finite_number_or_a_user_error_in_training_ends_in_one_line(tmp_path, capsys, error, code, said):
+    checkpoint = write_checkpoint(tmp_path, 4)
+    trainer = FakeTrainer()
+
+    def train():
+        raise error
+
+    with pytest.raises(SystemExit) as exit:
+        guarded_train(trainer, tmp_path, train=train)
+    assert exit.value.code == code
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(said.format(checkpoint=checkpoint))
+    assert trainer.bar.closed
+
+
+def _stop_at_a_save(rank, signalled, port, results):
+    """One of two processes: a step ends and a checkpoint is saved while only `signalled` got the signal."""
+    import torch.distributed as dist
+
+    os.environ["RANK"] = str(rank)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    guard, state = TrainingGuard(), TrainerState(global_step=4)
+    guard.stop_requested = rank == signalled
+    try:
+        control = guard.on_step_end(ARGS, state, TrainerControl())
+        guard.on_save(ARGS, state, control)
+        results.put((rank, control.should_save, "went on"))
+    except TrainingInterrupted as stop:
+        results.put((rank, control.should_save, f"stopped at step {stop.step}"))
+    except Exception as error:  # e.g. the collective failing because the other process left it
+        results.put((rank, None, f"{type(error).__name__}: {error}"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("signalled", [0, 1])
+def test_a_signal_that_reaches_one_process_stops_both_at_the_same_checkpoint(signalled):
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = [context.Process(target=_stop_at_a_save, args=(rank, signalled, port, results)) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    try:
+        for process in processes:
+            process.join(timeout=180)
+        hung = [rank for rank, process in enumerate(processes) if process.is_alive()]
+        assert not hung, f"process {hung} still waits in the guard's collective"
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+    outcomes = sorted(results.get(timeout=5) for _ in processes)
+    assert outcomes == [(0, True, "stopped at step 4"), (1, True, "stopped at step 4")]
