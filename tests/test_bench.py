@@ -1,26 +1,120 @@
-"""bench/benchmark.py on tiny models: every figure it reports comes out (the figures themselves are not judged)."""
+"""bench/benchmark.py: the suites are what the README says, the timing window is whole generation cycles, and on tiny
+models every figure comes out (the figures themselves are not judged)."""
 
 import json
+import re
+import sys
 
-from conftest import run_script
+import pytest
+
+from conftest import ROOT, run_script
+
+sys.path.insert(0, str(ROOT / "bench"))
+import benchmark  # noqa: E402
+
+PATHS = {"policy": "P", "reward_model": "R", "prompts": "D"}
+
+
+def flags_after(command, flag):
+    """The values after `flag` in a command (several for a list flag), or None without it."""
+    if flag not in command:
+        return None
+    rest = command[command.index(flag) + 1:]
+    return rest[: next((i for i, part in enumerate(rest) if part.startswith("--")), len(rest))]
+
+
+def readme_suites():
+    """{suite: (runs, settings cell)} from the table of README "## Performance"."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Performance"):text.index("## Troubleshooting")]
+    rows = re.findall(r"^\| `--suite (\w+)` \| ([^|]+) \| ([^|]+) \|", section, flags=re.MULTILINE)
+    return {suite: (re.findall(r"`(\w+)`", runs), settings) for suite, runs, settings in rows}
+
+
+@pytest.mark.parametrize("suite", ["gpu", "cpu"])
+def test_each_suite_runs_what_the_readme_says(suite):
+    args = benchmark.parse_args(["--suite", suite])
+    runs, settings = readme_suites()[suite]
+    assert args.runs == runs == benchmark.SUITES[suite]["runs"]
+    assert args.model == "bundled" and (args.prompts_per_step, args.num_generations) == (4, 4)
+    assert f"up to {args.max_completion_length} tokens" in settings
+    assert f"at least {args.steps} measured step" in settings
+    assert ("grpo_vllm" in runs) == (suite == "gpu")
+    # A flag given on the command line still wins over the suite's.
+    assert benchmark.parse_args(["--suite", suite, "--max_completion_length", "32"]).max_completion_length == 32
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_trl_settings_runs_share_trl_grpo_flags_and_ours_keep_the_package_defaults(cuda):
+    args = benchmark.parse_args(["--suite", "gpu" if cuda else "cpu"])
+    command = {name: benchmark.run_flags(name, args, PATHS, cuda) for name in benchmark.RUNS}
+    ours, trl = command["grpo_trl_settings"], command["trl_grpo"]
+    assert trl[1:4] == ["-m", "trl.cli.main", "grpo"] and ours[1].endswith("train_grpo.py")
+    # Identical settings: every flag of `trl grpo` has the same value in ours (which adds only its own names).
+    for flag in (part for part in trl[4:] if part.startswith("--") and part != "--reward_model_name_or_path"):
+        assert flags_after(ours, flag) == flags_after(trl, flag), flag
+    assert flags_after(ours, "--prompts_per_step") == ["0"]  # TRL's batch flags as they are: 1 generation per step
+    assert flags_after(trl, "--gradient_accumulation_steps") == ["1"]
+    assert flags_after(trl, "--bf16") == [str(cuda).lower()]  # TRL's default precision (refused on a CPU)
+    assert flags_after(trl, "--tf32") == (["false"] if cuda else None)
+    # Our defaults: no precision or generation-batching flag, so the package decides for the device.
+    for name in ("grpo", "grpo_lora", "grpo_vllm", "ppo", "ppo_lora"):
+        for flag in ("--bf16", "--tf32", "--prompts_per_generation", "--gradient_accumulation_steps"):
+            assert flag not in command[name], (name, flag)
+    assert flags_after(command["grpo"], "--prompts_per_step") == ["4"]
+    assert "--use_lora" in command["grpo_lora"] and "--use_peft" in command["trl_grpo_lora"]
+    assert flags_after(command["grpo_vllm"], "--vllm_mode") == ["colocate"]
+    assert "--per_device_train_batch_size" not in command["ppo"]  # PPO's micro-batch and rollout: the package's
+
+
+def test_our_runs_are_planned_in_whole_generation_cycles_and_vllm_is_skipped_where_missing(monkeypatch):
+    monkeypatch.setattr(benchmark, "vllm_importable", lambda: False)
+    args = benchmark.parse_args(["--steps", "3", "--prompts_per_generation", "8"])
+    plan = benchmark.plan_run("grpo", "", [], args, PATHS, cuda=False)
+    # 8 prompts per generation = 2 optimizer steps of 4 prompts: warm-up 1 cycle, 3 steps rounded up to 2 cycles.
+    assert (plan["steps_per_generation"], plan["warmup"], plan["measured"]) == (2, 2, 4)
+    assert flags_after(plan["command"], "--max_steps") == ["6"]
+    trl = benchmark.plan_run("trl_grpo", "", [], args, PATHS, cuda=False)
+    assert (trl["steps_per_generation"], trl["warmup"], trl["measured"]) == (1, 1, 3)
+    assert benchmark.plan_run("grpo_vllm", "", [], args, PATHS, cuda=False)["skipped"] == "vllm not installed"
+    variant = benchmark.plan_run("grpo", "prompts_per_generation=16", ["--prompts_per_generation", "16"], args,
+                                 PATHS, cuda=False)
+    assert (variant["run"], variant["steps_per_generation"], variant["measured"]) == (
+        "grpo[prompts_per_generation=16]", 4, 4)
+
+
+def test_the_measured_window_is_whole_generation_cycles():
+    clock = {step: 10.0 * step for step in range(1, 9)}
+    clock.update({5: 49.0})  # step 5 generates for steps 5-8
+    lengths = {1: 30.0, 5: 20.0}  # mean completion lengths, logged at the steps that generated
+    window = benchmark.whole_cycles(clock, lengths, warmup=4, measured=4, steps_per_cycle=4)
+    assert window["seconds"] == 40.0 and window["steps"] == 4 and window["cycle_seconds"] == [40.0]
+    assert (window["generations"], window["tokens"], window["aligned"]) == (1, 20.0, True)
+    assert window["step_seconds"] == [9.0, 11.0, 10.0, 10.0]
+    assert benchmark.whole_cycles(clock, {1: 1.0, 6: 1.0}, 4, 4, 4)["aligned"] is False
+    with pytest.raises(RuntimeError, match=r"steps \[9\] were not logged"):
+        benchmark.whole_cycles(clock, lengths, warmup=5, measured=4, steps_per_cycle=4)
 
 
 def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
     output = tmp_path / "bench.json"
-    result = run_script("bench/benchmark.py", "--model", "tiny", "--runs", "grpo", "trl_grpo", "ppo", "--steps", "2",
-                        "--max_completion_length", "16", "--work_dir", tmp_path / "work", "--output", output)
+    result = run_script("bench/benchmark.py", "--model", "tiny", "--runs", "grpo_trl_settings", "trl_grpo", "grpo",
+                        "ppo", "--steps", "1", "--prompts_per_generation", "8", "--max_completion_length", "8",
+                        "--scoring_sequences", "4", "--work_dir", tmp_path / "work", "--output", output)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(output.read_text())
     runs = {r["run"]: r for r in report["results"]}
-    assert set(runs) == {"grpo", "trl_grpo", "ppo"}
+    assert set(runs) == {"grpo_trl_settings", "trl_grpo", "grpo", "ppo"}
     for run in runs.values():
-        assert run["returncode"] == 0
-        assert len(run["step_seconds"]) == 2 and run["seconds_per_step"] > 0  # warm-up step left out
-        assert 0 < run["mean_completion_tokens"] <= 16
-        assert run["completion_tokens_per_s"] > 0 and run["peak_rss_gb"] > 0.1
-        assert run["epoch_hours"] > 0
-    # Identical settings: the same 4 prompts x 4 completions per step for ours and TRL's (PPO: 16 prompts).
-    assert runs["trl_grpo"]["command"][1:4] == ["-m", "trl.cli.main", "grpo"]
-    assert report["ratios"]["grpo/trl_grpo"]["seconds_per_step"] > 0
+        assert run["returncode"] == 0 and run["cycles_aligned"]
+        assert len(run["step_seconds"]) == run["measured"] and run["seconds_per_step"] > 0  # warm-up left out
+        assert 0 < run["mean_completion_tokens"] <= 8
+        assert run["completion_tokens_per_s"] > 0 and run["peak_rss_gb"] > 0.1 and run["epoch_hours"] > 0
+    # Our defaults with 8 prompts per generation: 2 optimizer steps per generation, measured in whole cycles.
+    assert (runs["grpo"]["steps_per_generation"], runs["grpo"]["warmup"], runs["grpo"]["measured"]) == (2, 2, 2)
+    assert runs["trl_grpo"]["steps_per_generation"] == runs["grpo_trl_settings"]["steps_per_generation"] == 1
+    assert report["ratios"]["grpo_trl_settings/trl_grpo"]["seconds_per_token"] > 0
     assert all(report["reward_model_scoring"][dtype]["sequences_per_s"] > 0 for dtype in ("float32", "bfloat16"))
-    assert "grpo vs trl_grpo: s/step ratio" in result.stdout
+    assert {"torch", "transformers", "trl", "peft", "cuda"} <= set(report["versions"]) and report["device"]
+    assert "grpo_trl_settings / trl_grpo (identical settings), seconds per generated token:" in result.stdout
+    assert re.search(r"^grpo +[\d.]+ +4 +2 ", result.stdout, flags=re.MULTILINE)  # the table's row
