@@ -139,6 +139,10 @@ def main(argv=None):
     device = SUITES[args.suite]["device"] if args.suite else None
     if device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the runs and this process see no GPU
+    if args.model in ("tiny", "bundled") or Path(args.model).exists():
+        # Local models only: no run may spend its time reaching for the Hub (a GPU machine may have no network).
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import torch
 
     cuda = torch.cuda.is_available()
