@@ -21,15 +21,14 @@ from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows, tokenize_prompts
 from rlhf.guard import guarded_train
-from rlhf.models import (check_4bit, check_model_source, check_precision, load_kwargs, load_sequence_classifier,
-                         load_tokenizer, lora_config, on_gpu, reward_model_dtype, trainable_model_path)
-from rlhf.reward import REWARD_HINT, ensure_distinct_pad, load_reward_model
+from rlhf.models import check_4bit, check_model_source, check_precision, load_tokenizer, lora_config
+from rlhf.reward import REWARD_HINT, ensure_distinct_pad
 from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
 
 def main(model_args, data_args, training_args):
     # Imported here, inside cli(): a TRL release other than the pinned one is then refused in one line.
-    from rlhf.ppo import VALUE_MODEL_DIR, ResumablePPOTrainer, check_same_tokenizer
+    from rlhf.ppo import VALUE_MODEL_DIR, ResumablePPOTrainer, check_same_tokenizer, load_ppo_models
 
     configs = (model_args, data_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
@@ -40,15 +39,13 @@ def main(model_args, data_args, training_args):
     check_model_source(value_path, "value model", "--value_model_path")
     check_4bit(model_args.load_in_4bit)
     check_precision(model_args, training_args)
-    weights = load_kwargs(model_args.dtype, training_args.trust_remote_code)
-    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path", training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)
     launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)
     resume_from = launch.checkpoint
 
-    from transformers import AutoModelForCausalLM, set_seed
+    from transformers import set_seed
 
     set_seed(training_args.seed)
     # TRL's PPO masks every pad-id token, so a pad equal to EOS would hide the prompt's end-of-turn tokens.
@@ -65,18 +62,7 @@ def main(model_args, data_args, training_args):
     # Models (from the checkpoint when resuming)
     ################
     record_launch(training_args.output_dir, "train_ppo.py", configs, launch)
-    start = trainable_model_path(policy_path, training_args.output_dir, training_args.trust_remote_code)
-    full_resume = resume_from and not model_args.use_lora
-    policy_weights = load_kwargs(model_args.dtype, training_args.trust_remote_code, model_args.load_in_4bit)
-    policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
-    ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(start, **weights)
-    reward_model, _ = load_reward_model(reward_path, scorer_dtype, training_args.trust_remote_code)
-    value_source = resume_from / VALUE_MODEL_DIR if resume_from else value_path
-    value_model = load_sequence_classifier(value_source, model_args.dtype, training_args.trust_remote_code)
-    for model in (reward_model, value_model):
-        model.config.pad_token_id = tokenizer.pad_token_id
-    # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
-    policy.generation_config.pad_token_id = tokenizer.pad_token_id
+    policy, ref_policy, reward_model, value_model = load_ppo_models(model_args, training_args, tokenizer, resume_from)
 
     ################
     # Training

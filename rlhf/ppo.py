@@ -39,6 +39,35 @@ def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
         )
 
 
+def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
+    """The policy, its frozen reference (None with LoRA: the policy with its adapter off), the frozen reward model
+    and the value model, for `tokenizer`'s pad token. Resuming, full weights come from the checkpoint `resume_from`
+    (a LoRA adapter is loaded by `ResumablePPOTrainer.resume`). Call it after `record_launch`: the policy starts from
+    `trainable_model_path`, which merges an adapter into the output folder."""
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.models import load_kwargs, load_sequence_classifier, on_gpu, reward_model_dtype, trainable_model_path
+    from rlhf.reward import load_reward_model
+
+    trust = training_args.trust_remote_code
+    reward_path = training_args.reward_model_path
+    start = trainable_model_path(model_args.model_name_or_path, training_args.output_dir, trust)
+    full_resume = resume_from and not model_args.use_lora
+    policy_weights = load_kwargs(model_args.dtype, trust, model_args.load_in_4bit)
+    policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
+    ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(
+        start, **load_kwargs(model_args.dtype, trust))
+    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
+    reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
+    value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else training_args.value_model_path or reward_path
+    value_model = load_sequence_classifier(value_source, model_args.dtype, trust)
+    for model in (reward_model, value_model):
+        model.config.pad_token_id = tokenizer.pad_token_id
+    # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
+    policy.generation_config.pad_token_id = tokenizer.pad_token_id
+    return policy, ref_policy, reward_model, value_model
+
+
 def adaptive_kl_coef(coef, kl, target, n_steps, horizon):
     """One update of the adaptive KL controller (Ziegler et al. 2019, as in OpenRLHF).
 
