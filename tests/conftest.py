@@ -13,6 +13,22 @@ ROOT = Path(__file__).resolve().parent.parent
 # Tests never reach the Hugging Face Hub: everything they load is built here.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# pytest.ini runs the suite in parallel workers (pytest-xdist). Each worker, and every script it starts, uses one
+# thread: several processes that each start one OpenMP thread per core slow each other down several-fold.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+# The slowest test files first (measured with --durations), while pytest.ini hands each worker one test at a time:
+# the long tests start at once and the short ones fill in around them, instead of one long test running alone at
+# the end while the other workers wait.
+LONGEST_FIRST = ("test_e2e_smollm2.py", "test_cli_flows.py", "test_quickstart.py", "test_bench.py",
+                 "test_distributed.py", "test_cli_ppo.py", "test_interruption.py", "test_cli_grpo.py",
+                 "test_cli_reward.py", "test_guard.py", "test_cli_reward_funcs.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: a file keeps its order
 
 
 @pytest.fixture(scope="session")

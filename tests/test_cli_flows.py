@@ -21,7 +21,7 @@ def snapshot(folder):
     return {path: path.stat().st_mtime_ns for path in sorted(folder.rglob("*"))}
 
 
-def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tiny_models, tmp_path):
+def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tiny_models, tmp_path, run_cli):
     out = tmp_path / "lora"
 
     def args(max_steps, learning_rate="1e-2"):  # this high, it moves the adapter enough to change what is sampled
@@ -36,9 +36,9 @@ def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tin
     report = json.loads((tmp_path / "pair.json").read_text())
     assert texts(report, 0) != texts(report, 1)
 
-    # The same command again: finished, nothing to do, nothing touched.
+    # The same command again: finished, nothing to do, nothing touched (in-process: it stops before training).
     before = snapshot(out)
-    again = run_script("train_grpo.py", *args(2))
+    again = run_cli("train_grpo.py", *args(2))
     assert_ok(again)
     assert "finished at step 2" in again.stdout and "nothing to do" in again.stdout
     assert snapshot(out) == before
@@ -53,7 +53,7 @@ def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tin
     assert sorted(step for step, _ in scalars(out)["train/kl"]) == [1, 2, 3, 4]
 
     # Anything else changed on the finished run is refused, naming the flag; nothing is written.
-    refused = run_script("train_grpo.py", *args(4, learning_rate="1e-3"))
+    refused = run_cli("train_grpo.py", *args(4, learning_rate="1e-3"))
     assert "--learning_rate 0.001 (the run has 0.01)" in error_line(refused)
     assert len(json.loads((out / "run_manifest.json").read_text())["launches"]) == 2
 
@@ -78,7 +78,7 @@ def test_ppo_lora_run_is_evaluated_and_continues_to_more_episodes(tiny_models, t
     assert sorted(step for step, _ in scalars(out)["train/objective/kl"]) == [1, 2, 3, 4]
 
 
-def test_resume_from_checkpoint_starts_a_new_folder_from_a_given_checkpoint(tiny_models, tmp_path):
+def test_resume_from_checkpoint_starts_a_new_folder_from_a_given_checkpoint(tiny_models, tmp_path, run_cli):
     first = tmp_path / "first"
     assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, first, "--max_steps", "4")))
     branch = tmp_path / "branch"
@@ -88,8 +88,8 @@ def test_resume_from_checkpoint_starts_a_new_folder_from_a_given_checkpoint(tiny
     assert sorted(step for step, _ in scalars(branch)["train/kl"]) == [3, 4]  # steps 1-2 came from the checkpoint
     manifest = json.loads((branch / "run_manifest.json").read_text())
     assert manifest["launches"][0]["resumed_from"] == str(first / "checkpoint-2") and manifest["global_step"] == 4
-    missing = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "x", "--max_steps", "4"),
-                         "--resume_from_checkpoint", first / "checkpoint-3")
+    missing = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "x", "--max_steps", "4"),
+                      "--resume_from_checkpoint", first / "checkpoint-3")
     assert "not a complete checkpoint" in error_line(missing)
 
 

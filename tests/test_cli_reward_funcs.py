@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import assert_ok, grpo_args, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, run_script, scalars
 from rlhf import tiny
 
 MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
@@ -63,10 +63,9 @@ def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_pat
     assert last.startswith("error: reward function 'my_rewards.crashes' raised RuntimeError: no score for ")
 
 
-def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path):
+def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path, run_cli):
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--reward_weights", "1", "2")
-    result = run_script("train_grpo.py", *args)
-    assert result.returncode == 2 and "--reward_weights has 2 values for 1" in result.stderr
+    assert "--reward_weights has 2 values for 1" in error_line(run_cli("train_grpo.py", *args))
 
 
 def test_evaluation_reports_format_rate_verifier_accuracy_and_the_gain(tiny_models, tmp_path):
