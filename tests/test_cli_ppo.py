@@ -36,19 +36,21 @@ def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_model
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     out = tmp_path / "ppo"
-    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8")))
+    # Rollouts of 4 prompts, trained on in mini-batches of 2 (--per_device_train_batch_size): 8 episodes, 2 rollouts.
+    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8",
+                                                   "--prompts_per_rollout", "4")))
     logged = scalars(out)
-    assert [step for step, _ in logged["train/objective/kl"]] == [1, 2, 3, 4]
+    assert [step for step, _ in logged["train/objective/kl"]] == [1, 2]
     for tag in ("train/objective/scores", "train/loss/policy_avg", "train/loss/value_avg", "train/objective/kl_coef"):
         assert tag in logged
     assert all(value == pytest.approx(0.05) for _, value in logged["train/objective/kl_coef"])  # fixed without target
     # The tiny random policy almost never says EOS: all 8 completions of 8 tokens are cut at the maximum.
     for tag, expected in (("mean_length", 8), ("min_length", 8), ("max_length", 8), ("clipped_ratio", 1)):
-        assert [value for _, value in logged[f"train/completions/{tag}"]] == [expected] * 4
+        assert [value for _, value in logged[f"train/completions/{tag}"]] == [expected] * 2
     AutoModelForCausalLM.from_pretrained(out)
     assert AutoModelForSequenceClassification.from_pretrained(out / "value_model").config.num_labels == 1
     manifest = json.loads((out / "run_manifest.json").read_text())
-    assert (manifest["global_step"], manifest["episode"]) == (4, 8)
+    assert (manifest["global_step"], manifest["episode"]) == (2, 8)
 
 
 def test_lora_run_uses_the_adapter_disabled_policy_as_reference(tiny_models, tmp_path):

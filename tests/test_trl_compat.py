@@ -31,6 +31,11 @@ def assert_source(function, *snippets, assumption, hook):
 @pytest.fixture
 def hooks(tiny_models, tmp_path):
     """A tiny `PPOTrainerHooks` that records what its two hooks receive (built, never trained)."""
+    return tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=2)
+
+
+def tiny_hooks(tiny_models, tmp_path, **config):
+    """A tiny recording `PPOTrainerHooks` on 4 prompts: 1 PPO epoch, 4 episodes, `config` on top."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -49,9 +54,9 @@ def hooks(tiny_models, tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
     prompts = Dataset.from_dict({"input_ids": [[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20]]})
-    args = PPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_ppo_epochs=1,
-                     total_episodes=4, response_length=4, stop_token="eos", num_sample_generations=0, bf16=False,
-                     gradient_checkpointing=False, report_to=[], seed=0)
+    args = PPOConfig(output_dir=str(tmp_path / "out"), num_ppo_epochs=1, total_episodes=4, response_length=4,
+                     stop_token="eos", num_sample_generations=0, bf16=False, gradient_checkpointing=False,
+                     report_to=[], seed=0, **config)
     return Recording(
         args=args, processing_class=tokenizer, model=AutoModelForCausalLM.from_pretrained(tiny_models["policy"]),
         ref_model=AutoModelForCausalLM.from_pretrained(tiny_models["policy"]),
@@ -192,6 +197,33 @@ def test_train_draws_its_batches_from_self_dataloader_pass_after_pass(hooks):
     replacement = object()
     hooks.use_train_dataloader(replacement)
     assert hooks.get_train_dataloader() is replacement
+
+
+def test_a_rollout_of_several_mini_batches_takes_one_optimizer_step_per_mini_batch(tiny_models, tmp_path):
+    _, PPOTrainer = trainer_classes()
+    hook = "PPOTrainerHooks.__init__"
+    assumption = ("a rollout is per_device_train_batch_size x gradient_accumulation_steps prompts, cut into "
+                  "num_mini_batches mini-batches of micro-batches, with accelerate accumulating over "
+                  "gradient_accumulation_steps of them")
+    assert_source(PPOTrainer.__init__, "Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)",
+                  "args.local_batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps",
+                  "args.local_mini_batch_size = exact_div(", assumption=assumption, hook=hook)
+    assert_source(PPOTrainer.train, "(args.num_ppo_epochs, args.num_mini_batches, args.gradient_accumulation_steps)",
+                  "range(0, args.local_batch_size, args.local_mini_batch_size)",
+                  "range(0, args.local_mini_batch_size, args.per_device_train_batch_size)",
+                  "with accelerator.accumulate(model)", "optimizer.step()", assumption=assumption, hook=hook)
+    # 2 mini-batches of 2 micro-batches of 1 prompt: a rollout of 4 prompts, 2 optimizer steps per PPO epoch. The
+    # rollout takes all 4 prompts, so it also ends a pass over the dataloader, where accelerate would step each time.
+    trainer = tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                         num_mini_batches=2)
+    args = trainer.args
+    assert (args.batch_size, args.local_mini_batch_size, args.num_total_batches) == (4, 2, 1), f"re-check {hook}"
+    assert args.gradient_accumulation_steps == trainer.accelerator.gradient_accumulation_steps == 2
+    steps = []
+    trainer.optimizer.optimizer.register_step_post_hook(lambda *_: steps.append(trainer.state.global_step))
+    trainer.train()
+    assert steps == [0, 0], f"expected 2 optimizer steps in the one rollout, got {len(steps)}: re-check {hook}"
+    assert sum(len(completions) for completions, _ in trainer.completions) == 4
 
 
 def test_train_zeroes_its_counters_before_on_train_begin_and_runs_num_total_batches(hooks):

@@ -15,7 +15,8 @@ What a subclass calls or reads:
 - `use_train_dataloader(dataloader)`: where train() draws its batches from;
 - `restore_optimizer_scheduler_and_rng(checkpoint)` and `start_at_batch(done)`: to resume a run.
 
-Saving also works under DDP here, which TRL 1.12 gets wrong (trl issue #2375).
+Saving also works under DDP here, which TRL 1.12 gets wrong (trl issue #2375), and so do rollouts of several
+mini-batches (`num_mini_batches` > 1), which TRL 1.12 refuses or trains on wrongly (see `__init__`).
 """
 
 from contextlib import contextmanager
@@ -38,7 +39,23 @@ class PPOTrainerHooks(PPOTrainer):
     is_distributed_loading_by_transformers = False
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        # TRL 1.12 makes a rollout of per_device_train_batch_size x gradient_accumulation_steps prompts per process,
+        # cuts it into num_mini_batches mini-batches (one optimizer step each) of per_device_train_batch_size
+        # micro-batches, and has accelerate accumulate gradients over gradient_accumulation_steps micro-batches.
+        # With num_mini_batches > 1 those disagree: the rollout is num_mini_batches times too small (an error when
+        # it does not divide, else fewer steps on fewer prompts than asked). So the rollout is sized with the
+        # accumulation counted once per mini-batch, and accelerate then accumulates over one mini-batch. Nor may the
+        # rollout that ends a pass over the prompts step at every micro-batch (accelerate's default at the end of
+        # a dataloader): TRL draws one batch of the dataloader per rollout and trains on it after.
+        config = kwargs["args"] if "args" in kwargs else args[0]
+        accumulation = config.gradient_accumulation_steps
+        config.gradient_accumulation_steps = accumulation * config.num_mini_batches
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            config.gradient_accumulation_steps = accumulation  # train() sizes its per-micro-batch statistics by it
+        self.accelerator.gradient_accumulation_steps = accumulation
+        self.accelerator.gradient_state.plugin_kwargs["sync_with_dataloader"] = False
         # TRL generates inside train(), through the policy's own generate() (trl's `batch_generation`): wrapping it
         # on this policy object is the only way to see the completions.
         self._recording = True
