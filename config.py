@@ -149,7 +149,7 @@ class RewardModelArguments:
     reward_model_dtype: str = field(
         default="auto",
         metadata={
-            "help": "Dtype the frozen reward model loads in: auto (bfloat16 when training in bf16 on a GPU, else "
+            "help": "Dtype the frozen reward model loads in: auto (bfloat16 when training on a CUDA GPU, else "
             "--dtype), float32, bfloat16 or float16. bfloat16 halves its memory; on CPU its speed depends on the "
             "processor (README: Performance)."
         },
