@@ -16,6 +16,9 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert [c["model_path"] for c in summary["comparison"]] == [str(out / "grpo"), str(out / "ppo")]
     assert all(c["ci_low"] <= c["win_rate"] <= c["ci_high"] for c in summary["comparison"])
     assert (out / "training_progress.png").stat().st_size > 10_000 and (out / "training_metrics.csv").exists()
+    # Each training stage keeps only its last checkpoint (enough to resume or continue; each holds optimizer state).
+    for stage in ("reward_model", "grpo", "ppo"):
+        assert [path.name for path in (out / stage).glob("checkpoint-*")] == ["checkpoint-4"], stage
 
     # Re-running has nothing to do: each finished stage says so (the scripts' own check), nothing is redone.
     again = run_script("quickstart.py", "--tiny", "--output_dir", out)
