@@ -29,8 +29,8 @@ MATH_TRAIN, MATH_TEST = ROOT / "data" / "math_train.jsonl", ROOT / "data" / "mat
 # (and the instruction that ends every question) ~11%, enough spread within a group of 8 for GRPO to learn from.
 MATH_SYSTEM_PROMPT = "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. \\boxed{5}"
 
-# Settings per task and machine, chosen by measurement (README: Quickstart) so that the CPU runs fit in about 15
-# minutes on 2 cores and training still helps.
+# Settings per task and machine, chosen by measurement (README: Quickstart) so that training still helps and the CPU
+# runs take at most 15 minutes (math) and about 20 (reward model) on 2 cores.
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
