@@ -23,6 +23,7 @@ from rlhf.errors import NothingToDo, UserError
 
 MANIFEST = "run_manifest.json"
 LOCK = "run.lock"
+_held = {}  # the locks this process holds: lock path -> the outermost folder created for it (None: it was there)
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
 # Files a run writes at the top of output_dir (save_pretrained, TRL's model card, Trainer's args). In a folder
@@ -252,7 +253,7 @@ def is_main_process():
 
 
 def lock_output_dir(output_dir):
-    """Hold `output_dir` for this run until the process ends (`release_locks`), so that two runs never write one folder.
+    """Hold `output_dir` for this run until it ends (`release_locks`), so that two runs never write one folder.
 
     The lock is a file created with O_CREAT | O_EXCL (atomic on every OS) that names its holder: PID, host, start
     time, command. A lock whose process is gone (killed, machine restarted) is taken over, saying so; one held by a
@@ -276,8 +277,7 @@ def lock_output_dir(output_dir):
             gone = "" if holder.get("host") == me["host"] else f"; if that run is gone, delete {path}"
             raise UserError(
                 f"{folder} is in use by another run (PID {holder.get('pid')} on {where}, started "
-                f"{holder.get('started_at')}: {' '.join(holder.get('command', []))}); wait for it to finish, or "
-                f"choose another --output_dir{gone}"
+                f"{holder.get('started_at')}); wait for it to finish, or choose another --output_dir{gone}"
             )
         if not is_main_process():
             return
@@ -293,8 +293,6 @@ def lock_output_dir(output_dir):
             continue
         with os.fdopen(fd, "w", encoding="utf-8") as file:
             json.dump(me, file)
-        if not _held:
-            atexit.register(release_locks)
         _held[path] = created
         return
     raise UserError(f"{folder} is being taken by other runs at this moment; choose another --output_dir")
@@ -305,7 +303,7 @@ def release_locks():
     while _held:
         path, created = _held.popitem()
         holder = _read_lock(path, wait=0)
-        if holder and holder.get("launch") == _lock_holder()["launch"]:
+        if holder and holder.get("launch") == _launch_id():
             path.unlink(missing_ok=True)
         folder = path.parent
         while created is not None:  # the folders this run created, innermost first, while they are empty
@@ -318,7 +316,7 @@ def release_locks():
             folder = folder.parent
 
 
-_held = {}  # lock path -> the outermost folder created for it (None: the folder was there)
+atexit.register(release_locks)  # for callers of main() outside `exit_on_user_error`, which releases them itself
 
 
 def _make_folder(folder):
@@ -335,15 +333,20 @@ def _make_folder(folder):
 
 
 def _lock_holder():
-    """This run as a lock names it. `launch` is what the processes of one torchrun / accelerate launch share."""
+    """This run as its lock names it."""
     import psutil
 
-    env = os.environ
-    launch = (f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}/{env.get('TORCHELASTIC_RUN_ID')}"
-              if launched_processes() > 1 else f"{socket.gethostname()}/{os.getpid()}")
-    return {"pid": os.getpid(), "host": socket.gethostname(), "launch": launch,
+    return {"pid": os.getpid(), "host": socket.gethostname(), "launch": _launch_id(),
             "process_started": psutil.Process().create_time(), "started_at": _now(),
             "command": [Path(sys.argv[0]).name, *sys.argv[1:]]}
+
+
+def _launch_id():
+    """What the processes of one torchrun / accelerate launch share (its rendezvous), or this process alone."""
+    env = os.environ
+    if launched_processes() > 1:
+        return f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}/{env.get('TORCHELASTIC_RUN_ID')}"
+    return f"{socket.gethostname()}/{os.getpid()}"
 
 
 def _read_lock(path, wait=2.0):
