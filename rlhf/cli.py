@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from rlhf.errors import USER_ERROR_EXIT_CODE, NothingToDo, UserError
+from rlhf.run import release_locks
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
 
@@ -92,6 +93,8 @@ def exit_on_user_error(main):
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(USER_ERROR_EXIT_CODE)
+        finally:
+            release_locks()  # every way out (done, refused, interrupted, NaN) frees the output folder
 
     return wrapper
 

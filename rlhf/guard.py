@@ -14,7 +14,7 @@ import sys
 from transformers import TrainerCallback
 
 from rlhf.errors import NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
-from rlhf.run import is_main_process, last_checkpoint
+from rlhf.run import checkpoint_recorder, is_main_process, last_checkpoint
 from rlhf.trl_compat import close_progress_bar
 
 INTERRUPTED_EXIT_CODE = 130
@@ -85,6 +85,7 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
 
     Returns normally only when training ran to the end.
     """
+    trainer.add_callback(checkpoint_recorder())  # before the guard, whose on_save may end the run
     guard = TrainingGuard()
     trainer.add_callback(guard)
     if resume_from and is_main_process():

@@ -1,16 +1,20 @@
-"""The output folder of a run: safety checks, run manifest, checkpoint discovery.
+"""The output folder of a run: safety checks, run manifest, checkpoint discovery, the lock that keeps it to one run.
 
-Nothing here deletes anything. The manifest (`run_manifest.json`) says what produced the folder: the resolved
-configuration, library versions and git commit; each re-launch (resume) is appended to it.
+Nothing here deletes anything of the user's. The manifest (`run_manifest.json`) says what produced the folder: the
+configuration, what `auto` and the machine resolved it to, library versions and git commit; each re-launch (resume)
+is appended to it, and each checkpoint keeps a copy, so that a checkpoint carries the settings that produced it.
 """
 
+import atexit
 import dataclasses
 import json
 import os
 import platform
 import re
+import socket
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +22,8 @@ from pathlib import Path
 from rlhf.errors import NothingToDo, UserError
 
 MANIFEST = "run_manifest.json"
+LOCK = "run.lock"
+_held = {}  # the locks this process holds: lock path -> the outermost folder created for it (None: it was there)
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
 # Files a run writes at the top of output_dir (save_pretrained, TRL's model card, Trainer's args). In a folder
@@ -77,17 +83,29 @@ class Launch:
 
 
 def prepare_output_dir(output_dir, configs=(), resume_from_checkpoint=None):
-    """Decide what this launch does with `output_dir`, refusing anything that would lose or misreport work.
+    """Take `output_dir` for this run, and decide what the launch does with it, refusing anything that would lose or
+    misreport work.
 
+    - another live run holds the folder (`lock_output_dir`): refused;
     - a new or empty folder (or one with only the user's own files, or a run that never saved a checkpoint): a
       fresh run;
     - an interrupted run: resume from its newest complete checkpoint (or `resume_from_checkpoint`);
     - a finished run and the same settings: `NothingToDo`; with a longer training length: continue from its last
       checkpoint to the new total.
-    Going on from a checkpoint with settings other than the run's own (`MAY_CHANGE` aside) is refused, naming each
-    flag. Nothing is written here: `record_launch` creates the folder once the data has loaded.
+    Going on from a checkpoint with settings other than those that produced it (`MAY_CHANGE` aside), or from one
+    without its optimizer state, is refused, naming each flag. Only the lock is written here (in a new folder that
+    is removed again if the run writes nothing): `record_launch` writes the manifest once the data has loaded.
     """
     folder = Path(output_dir)
+    lock_output_dir(folder)
+    try:
+        return _decide(folder, configs, resume_from_checkpoint)
+    except BaseException:
+        release_locks()  # a refused or finished-already launch leaves the folder as it found it
+        raise
+
+
+def _decide(folder, configs, resume_from_checkpoint):
     manifest = read_manifest(folder)
     clashes = [] if manifest else [name for name in RUN_FILES if (folder / name).exists()]
     if clashes:
@@ -98,16 +116,67 @@ def prepare_output_dir(output_dir, configs=(), resume_from_checkpoint=None):
     checkpoint = _checkpoint_to_resume(folder, resume_from_checkpoint)
     if checkpoint is None and not manifest.get("finished_at"):
         return Launch()  # nothing trained yet: any settings start afresh
-    changes = changed_flags(manifest.get("config", {}), config_sections(configs)) if manifest else {}
+    if checkpoint is not None:
+        _check_optimizer_state(checkpoint)
+    config, resolved = config_sections(configs), resolved_settings(configs)
+    record = _checkpoint_record(folder, checkpoint)  # None: the checkpoint is the folder's own
+    changes = {}
+    for settings in (manifest, record):
+        if settings:
+            changes.update(_compare_resolved(changed_flags(settings.get("config", {}), config),
+                                             settings.get("resolved", {}), resolved, config))
     refused = {flag: values for flag, values in changes.items() if flag not in MAY_CHANGE}
     if refused:
+        owner = f"{checkpoint} comes from a run" if record else f"{folder} holds a run"
         raise UserError(
-            f"{folder} holds a run trained with other settings: {_describe(refused)}; give the run's own values to "
-            "resume or continue it, or choose a new --output_dir for a new run"
+            f"{owner} trained with other settings: {_describe(refused)}; give the run's own values to resume or "
+            "continue it, or choose a new --output_dir for a new run"
         )
     if manifest.get("finished_at"):
         _check_continues(folder, manifest, changes, checkpoint)
     return Launch(checkpoint, changes)
+
+
+def _checkpoint_record(folder, checkpoint):
+    """The settings that produced a checkpoint outside `folder`: its own copy of the manifest (a checkpoint copied
+    elsewhere keeps it), else the manifest of the run folder it sits in. None for a checkpoint of `folder` itself
+    (the folder's manifest says it); {} with one line said when there is no record at all."""
+    if checkpoint is None or checkpoint.resolve().parent == folder.resolve():
+        return None
+    record = read_manifest(checkpoint) or read_manifest(checkpoint.parent)
+    if not record and is_main_process():
+        print(f"note: {checkpoint} carries no {MANIFEST} (nor does its folder), so the settings that produced it "
+              "cannot be compared with these; resuming with the settings given.", flush=True)
+    return record
+
+
+# What `auto` and the machine resolve to that changes what is learned: compared on resume like the flags.
+RESOLVED_COMPARED = ("dtype", "reward_model_dtype")
+
+
+def _compare_resolved(changes, old, new, config):
+    """`changes` with the flags of `RESOLVED_COMPARED` judged by what they resolve to where both launches say it:
+    `auto` then `bfloat16` on a GPU is no change; `auto` on a GPU, then on a CPU is one, reported as such."""
+    spelled = {flag: value for section in config.values() for flag, value in section.items()}
+    changes = dict(changes)
+    for flag in RESOLVED_COMPARED:
+        if old.get(flag) and new.get(flag):
+            changes.pop(flag, None)
+            if old[flag] != new[flag]:
+                changes[flag] = [old[flag], new[flag] if spelled.get(flag) == new[flag] else
+                                 f"{spelled.get(flag)}, which is {new[flag]} here"]
+    return changes
+
+
+def _check_optimizer_state(checkpoint):
+    """Resuming restores the optimizer: a checkpoint without its state (--save_only_model) cannot be resumed."""
+    # optimizer.pt (plain), optimizer.bin / optimizer_0/ (FSDP), global_step*/ (DeepSpeed).
+    if not any(checkpoint.glob("optimizer*")) and not any(checkpoint.glob("global_step*")):
+        raise UserError(
+            f"{checkpoint} holds no optimizer state (no optimizer.pt: saved with --save_only_model?), so training "
+            "cannot resume where it stopped; resume from a checkpoint that has it (--resume_from_checkpoint), or "
+            f"choose a new --output_dir (--model_name_or_path {checkpoint} starts a new run from its weights)"
+        )
 
 
 def _checkpoint_to_resume(folder, resume_from_checkpoint):
@@ -183,6 +252,199 @@ def is_main_process():
     return os.environ.get("RANK", "0") == "0"
 
 
+def lock_output_dir(output_dir):
+    """Hold `output_dir` for this run until it ends (`release_locks`), so that two runs never write one folder.
+
+    The lock is a file created with O_CREAT | O_EXCL (atomic on every OS) that names its holder: PID, host, start
+    time, command. A lock whose process is gone (killed, machine restarted) is taken over, saying so; one held by a
+    live run, or by a run on another host (whose process cannot be checked from here), is refused in one line. The
+    processes of one torchrun / accelerate launch share it: the main process writes it, the others only check it.
+    """
+    folder = Path(output_dir)
+    path = folder / LOCK
+    if path in _held:
+        return
+    created = _make_folder(folder)
+    me = _lock_holder()
+    for _ in range(5):  # another launch may take or drop the lock between our look and our write
+        holder = _read_lock(path)
+        if holder is not None and holder.get("launch") == me["launch"]:  # this process's, or its launch's
+            if is_main_process():
+                _held.setdefault(path, created)
+            return
+        if holder is not None and _alive(holder):
+            where = "this host" if holder.get("host") == me["host"] else f"host {holder.get('host')}"
+            gone = "" if holder.get("host") == me["host"] else f"; if that run is gone, delete {path}"
+            raise UserError(
+                f"{folder} is in use by another run (PID {holder.get('pid')} on {where}, started "
+                f"{holder.get('started_at')}); wait for it to finish, or choose another --output_dir{gone}"
+            )
+        if not is_main_process():
+            return
+        if holder is not None:
+            if _read_lock(path) != holder:
+                continue
+            path.unlink(missing_ok=True)
+            print(f"note: took over {path}, left by a run that is no longer running (PID {holder.get('pid')}, "
+                  f"started {holder.get('started_at')}).", flush=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(me, file)
+        _held[path] = created
+        return
+    raise UserError(f"{folder} is being taken by other runs at this moment; choose another --output_dir")
+
+
+def release_locks():
+    """Drop the locks this process holds (and a folder it created for one that stayed empty). Safe to call again."""
+    while _held:
+        path, created = _held.popitem()
+        holder = _read_lock(path, wait=0)
+        if holder and holder.get("launch") == _launch_id():
+            path.unlink(missing_ok=True)
+        folder = path.parent
+        while created is not None:  # the folders this run created, innermost first, while they are empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+            if folder == created:
+                break
+            folder = folder.parent
+
+
+atexit.register(release_locks)  # for callers of main() outside `exit_on_user_error`, which releases them itself
+
+
+def _make_folder(folder):
+    """Create `folder` (and missing parents); return the outermost one created, or None. Unwritable: `UserError`."""
+    created = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write_test.{os.getpid()}"  # one per process when several are launched
+        probe.write_text("ok", encoding="utf-8")
+        probe.unlink()
+    except OSError as error:
+        raise UserError(f"cannot write to --output_dir {folder} ({error.strerror}); choose another folder") from None
+    return created
+
+
+def _lock_holder():
+    """This run as its lock names it."""
+    import psutil
+
+    return {"pid": os.getpid(), "host": socket.gethostname(), "launch": _launch_id(),
+            "process_started": psutil.Process().create_time(), "started_at": _now(),
+            "command": [Path(sys.argv[0]).name, *sys.argv[1:]]}
+
+
+def _launch_id():
+    """What the processes of one torchrun / accelerate launch share (its rendezvous), or this process alone."""
+    env = os.environ
+    if launched_processes() > 1:
+        return f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}/{env.get('TORCHELASTIC_RUN_ID')}"
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def _read_lock(path, wait=2.0):
+    """The holder a lock file names; None if there is none. A lock still empty after `wait` s (its writer died
+    between creating and writing it) reads as {}: nobody's."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                return {}
+            time.sleep(0.1)
+
+
+def _alive(holder):
+    """Whether the lock's process still runs. On another host it cannot be checked: taken as alive."""
+    import psutil
+
+    if holder.get("host") != socket.gethostname():
+        return bool(holder)
+    try:
+        process = psutil.Process(int(holder["pid"]))
+        # The PID may have been reused by another program since: compare start times.
+        same = abs(process.create_time() - float(holder.get("process_started", process.create_time()))) < 1
+        return same and process.status() != psutil.STATUS_ZOMBIE
+    except (KeyError, TypeError, ValueError, psutil.NoSuchProcess):
+        return False
+    except psutil.Error:  # e.g. AccessDenied: a process is there
+        return True
+
+
+def resolved_settings(configs):
+    """What `auto` and the machine make of the configs: the dtypes the policy and the reward model load in, the
+    device type. Recorded in the manifest and compared on resume (`RESOLVED_COMPARED`)."""
+    from rlhf.models import on_gpu, reward_model_dtype
+
+    fields = {}
+    for config in configs:
+        for name in ("dtype", "model_name_or_path", "reward_model_dtype", "reward_model_path", "reward_funcs"):
+            if hasattr(config, name):
+                fields.setdefault(name, getattr(config, name))
+    training = next((config for config in configs if hasattr(config, "use_cpu")), None)
+    if training is None:
+        return {}
+    gpu = on_gpu(training)
+    resolved = {"device": "cuda" if gpu else "cpu"}
+    if "dtype" in fields:
+        resolved["dtype"] = _auto_dtype(fields["dtype"], fields.get("model_name_or_path"))
+    if "reward_model_dtype" in fields and "reward_model" in fields.get("reward_funcs", ["reward_model"]):
+        dtype = reward_model_dtype(fields["reward_model_dtype"], fields.get("dtype", "float32"), gpu)
+        resolved["reward_model_dtype"] = _auto_dtype(dtype, fields.get("reward_model_path"))
+    return resolved
+
+
+def _auto_dtype(dtype, path):
+    """`auto` is the dtype the model's config names (float32 if none), as from_pretrained reads it; None if the
+    config cannot be read here (e.g. an adapter folder, or the Hub offline): not compared then."""
+    if dtype != "auto":
+        return dtype
+    try:
+        from transformers import AutoConfig
+
+        found = getattr(AutoConfig.from_pretrained(path), "dtype", None)
+    except (OSError, ValueError):
+        return None
+    return str(found).removeprefix("torch.") if found else "float32"
+
+
+def _engine(configs):
+    """accelerate's distributed type and process count, from the TrainingArguments (which set accelerate up, as the
+    Trainer is about to)."""
+    training = next((config for config in configs if hasattr(type(config), "_setup_devices")), None)
+    if training is None:
+        return {}
+    device = training.device
+    state = training.distributed_state
+    kind = getattr(getattr(state, "distributed_type", None), "value", "NO")
+    return {"device": device.type, "distributed_type": kind, "num_processes": training.world_size}
+
+
+def checkpoint_recorder():
+    """A callback that copies the run manifest into each checkpoint as it is saved: a checkpoint copied elsewhere
+    still says which settings produced it (`--resume_from_checkpoint` compares them)."""
+    from transformers import TrainerCallback
+
+    class CheckpointRecorder(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            manifest = read_manifest(args.output_dir)
+            if is_main_process() and manifest and checkpoint.is_dir():
+                _write_json(checkpoint / MANIFEST, manifest)
+
+    return CheckpointRecorder()
+
+
 def read_manifest(output_dir):
     path = Path(output_dir) / MANIFEST
     try:
@@ -198,13 +460,8 @@ def record_launch(output_dir, script, configs, launch=None):
     flags it changed. An unwritable place is a `UserError`.
     """
     folder = Path(output_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write_test.{os.getpid()}"  # one per process when several are launched
-        probe.write_text("ok", encoding="utf-8")
-        probe.unlink()
-    except OSError as error:
-        raise UserError(f"cannot write to --output_dir {folder} ({error.strerror}); choose another folder") from None
+    _make_folder(folder)
+    resolved = {**resolved_settings(configs), **_engine(configs)}
     if not is_main_process():
         return None
     launch = launch or Launch()
@@ -216,11 +473,13 @@ def record_launch(output_dir, script, configs, launch=None):
             "resumed_from": str(launch.checkpoint) if launch.checkpoint else None,
             "changed": launch.changes,
             "processes": launched_processes(),
+            "resolved": resolved,
         }
     )
     manifest = {
         "script": script,
         "config": config_sections(configs),
+        "resolved": resolved,  # what `auto` and the machine made of it in this launch
         "versions": versions(),
         "git_commit": _git_commit(),
         "launches": launches,

@@ -88,6 +88,13 @@ def test_resume_from_checkpoint_starts_a_new_folder_from_a_given_checkpoint(tiny
     assert sorted(step for step, _ in scalars(branch)["train/kl"]) == [3, 4]  # steps 1-2 came from the checkpoint
     manifest = json.loads((branch / "run_manifest.json").read_text())
     assert manifest["launches"][0]["resumed_from"] == str(first / "checkpoint-2") and manifest["global_step"] == 4
+    # The checkpoint is compared with the settings that produced it (its own copy of the manifest).
+    assert json.loads((first / "checkpoint-2" / "run_manifest.json").read_text())["config"] == json.loads(
+        (first / "run_manifest.json").read_text())["config"]
+    changed = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "y", "--max_steps", "4"),
+                      "--learning_rate", "1e-3", "--resume_from_checkpoint", first / "checkpoint-2")
+    assert "comes from a run trained with other settings: --learning_rate 0.001" in error_line(changed)
+    assert not (tmp_path / "y").exists()
     missing = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "x", "--max_steps", "4"),
                       "--resume_from_checkpoint", first / "checkpoint-3")
     assert "not a complete checkpoint" in error_line(missing)

@@ -49,6 +49,8 @@ def test_grpo_on_two_processes_splits_the_prompts_and_keeps_the_step_count(tiny_
 
     run = manifest(out)
     assert run["launches"][-1]["processes"] == 2
+    assert run["resolved"]["distributed_type"] == "MULTI_CPU" and run["resolved"]["num_processes"] == 2
+    assert not (out / "run.lock").exists()  # one launch, one lock (rank 0's), released at the end
     assert run["global_step"] == 8
     grpo = run["config"]["GRPOTrainingConfig"]
     assert grpo["per_device_train_batch_size"] == 4 and grpo["gradient_accumulation_steps"] == 1

@@ -25,6 +25,7 @@ def test_sigterm_saves_a_checkpoint_and_rerun_finishes_with_the_same_step_count(
     assert 2 <= stopped_at < 30
     assert json.loads((out / f"checkpoint-{stopped_at}" / "trainer_state.json").read_text())["global_step"] == stopped_at
     assert not (out / "model.safetensors").exists()  # no final model from an interrupted run
+    assert not (out / "run.lock").exists()  # the folder is free again
 
     result = run_script("train_grpo.py", *args)
     assert_ok(result)
@@ -50,6 +51,7 @@ def test_nan_reward_stops_the_run_naming_the_reward_model_and_step(tiny_models, 
     assert len(error) == 1
     assert f"reward model {broken}" in error[0] and "non-finite" in error[0] and "step 1" in error[0]
     assert not (tmp_path / "run" / "model.safetensors").exists()
+    assert not (tmp_path / "run" / "run.lock").exists()
 
 
 def test_nan_loss_stops_the_run_before_it_is_checkpointed(tiny_models, tmp_path):

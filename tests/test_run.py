@@ -4,7 +4,8 @@ from dataclasses import dataclass
 import pytest
 
 from rlhf.errors import NothingToDo, UserError
-from rlhf.run import changed_flags, last_checkpoint, mark_finished, prepare_output_dir, read_manifest, record_launch
+from rlhf.run import (changed_flags, last_checkpoint, mark_finished, prepare_output_dir, read_manifest, record_launch,
+                      release_locks)
 
 
 @dataclass
@@ -16,10 +17,12 @@ class Settings:
     learning_rate: float = 1e-5
 
 
-def make_checkpoint(folder, step, complete=True):
+def make_checkpoint(folder, step, complete=True, optimizer=True):
     checkpoint = folder / f"checkpoint-{step}"
     checkpoint.mkdir(parents=True)
     (checkpoint / "model.safetensors").write_text("weights")
+    if optimizer:
+        (checkpoint / "optimizer.pt").write_text("state")
     if complete:
         (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     return checkpoint
@@ -126,3 +129,92 @@ def test_unwritable_output_dir_is_a_user_error(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(UserError, match="cannot write to --output_dir"):
         record_launch(blocker / "run", "train_grpo.py", [Settings()])
+
+
+@dataclass
+class Machine:
+    """A stand-in for the configs' precision fields: `auto` resolves on the machine."""
+
+    max_steps: int = 10
+    dtype: str = "float32"
+    reward_model_dtype: str = "auto"
+    use_cpu: bool = False
+
+
+def test_the_manifest_records_resolved_values_and_a_resume_compares_them(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    record_launch(tmp_path, "train_grpo.py", [Machine()])
+    assert read_manifest(tmp_path)["resolved"] == {"device": "cuda", "dtype": "float32",
+                                                   "reward_model_dtype": "bfloat16"}
+    make_checkpoint(tmp_path, 3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same command, resumed on a CPU
+    with pytest.raises(UserError, match=r"--reward_model_dtype auto, which is float32 here \(the run has bfloat16\)"):
+        prepare_output_dir(tmp_path, [Machine()])
+    assert prepare_output_dir(tmp_path, [Machine(reward_model_dtype="bfloat16")]).checkpoint.name == "checkpoint-3"
+
+
+def test_a_checkpoint_elsewhere_is_compared_with_the_settings_that_produced_it(tmp_path, capsys):
+    first = tmp_path / "first"
+    record_launch(first, "train_grpo.py", [Settings()])
+    checkpoint = make_checkpoint(first, 3)
+    with pytest.raises(UserError, match=r"checkpoint-3 comes from a run trained with other settings: --learning_rate"):
+        prepare_output_dir(tmp_path / "new", [Settings(learning_rate=1e-3)], resume_from_checkpoint=checkpoint)
+    assert not (tmp_path / "new").exists()
+    launch = prepare_output_dir(tmp_path / "new", [Settings(max_steps=20)], resume_from_checkpoint=checkpoint)
+    assert launch.checkpoint == checkpoint and launch.changes == {"max_steps": [10, 20]}
+
+    # A checkpoint copied away from its run keeps its own copy of the manifest (written as it is saved).
+    moved = tmp_path / "moved" / "checkpoint-3"
+    moved.parent.mkdir()
+    checkpoint.rename(moved)
+    (moved / "run_manifest.json").write_text((first / "run_manifest.json").read_text())
+    with pytest.raises(UserError, match="--learning_rate 0.001"):
+        prepare_output_dir(tmp_path / "new2", [Settings(learning_rate=1e-3)], resume_from_checkpoint=moved)
+
+    # No record at all (e.g. a checkpoint of another tool): resumed as given, saying it could not be checked.
+    (moved / "run_manifest.json").unlink()
+    assert prepare_output_dir(tmp_path / "new3", [Settings()], resume_from_checkpoint=moved).checkpoint == moved
+    assert "carries no run_manifest.json" in capsys.readouterr().out
+
+
+def test_a_checkpoint_without_optimizer_state_is_refused(tmp_path):
+    record_launch(tmp_path, "train_grpo.py", [Settings()])
+    checkpoint = make_checkpoint(tmp_path, 3, optimizer=False)  # --save_only_model
+    with pytest.raises(UserError, match=f"{checkpoint} holds no optimizer state.*choose a new --output_dir"):
+        prepare_output_dir(tmp_path, [Settings()])
+
+
+def test_a_live_run_holds_its_output_dir_and_a_dead_ones_lock_is_taken_over(tmp_path, capsys):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import psutil
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = tmp_path / "run.lock"
+        holder = {"pid": other.pid, "host": socket.gethostname(), "launch": "other",
+                  "process_started": psutil.Process(other.pid).create_time(), "started_at": "then",
+                  "command": ["train_grpo.py", "--max_steps", "5"]}
+        lock.write_text(json.dumps(holder))
+        with pytest.raises(UserError, match=f"in use by another run \\(PID {other.pid} on this host.*wait for it"):
+            prepare_output_dir(tmp_path, [Settings()])
+        assert json.loads(lock.read_text()) == holder  # the holder's lock is left alone
+
+        other.kill()
+        other.wait()
+        prepare_output_dir(tmp_path, [Settings()])
+        assert f"took over {lock}, left by a run that is no longer running (PID {other.pid}" in capsys.readouterr().out
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    finally:
+        other.kill()
+        release_locks()
+    assert not lock.exists()
+
+    lock.write_text(json.dumps({**holder, "pid": other.pid, "host": "elsewhere"}))  # cannot be checked from here
+    with pytest.raises(UserError, match=f"on host elsewhere.*if that run is gone, delete {lock}"):
+        prepare_output_dir(tmp_path, [Settings()])
