@@ -180,7 +180,7 @@ class RewardArguments(RewardModelArguments):
 
 @dataclass
 class Sampling:
-    """How completions are sampled (GRPO and evaluation; PPO samples with its temperature alone)."""
+    """How completions are sampled (GRPO and evaluation; PPO samples with its temperature alone, top_p 1.0)."""
 
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
@@ -269,6 +269,14 @@ class _GRPOFields(Sampling, _RunDefaults):
         },
     )
     num_generations: int = field(default=4, metadata={"help": "Completions sampled per prompt (the GRPO group)."})
+    top_p: float = field(
+        default=1.0,
+        metadata={
+            "help": "Nucleus sampling threshold of the rollouts. 1.0 (as TRL, OpenRLHF and verl train): the "
+            "log-probabilities, importance ratio and KL are computed on the full distribution, so sampling from a "
+            "truncated one would bias the gradient. Evaluation keeps 0.9."
+        },
+    )
     per_device_train_batch_size: int = field(
         default=16,
         metadata={

@@ -11,7 +11,8 @@ model with a 95% interval. --task math: GRPO with the boxed_answer verifier (+ b
 then base vs trained on held-out problems of data/math_test.jsonl: format rate and verifier accuracy (95% interval)
 and the accuracy gain (paired 95% interval). Each stage runs the package's own script as a subprocess and prints
 the command first, so you can re-run or change any stage by hand. Re-running continues: a finished stage has
-nothing to do, an interrupted one resumes.
+nothing to do, an interrupted one resumes. A stage's optimizer state is kept only until it finishes (it is only
+needed to resume), so the reward-model task leaves about 4 GB and the math task about 1 GB.
 """
 
 import argparse
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rlhf.cli import exit_on_user_error
 
 ROOT = Path(__file__).resolve().parent
 PREFERENCES = ROOT / "data" / "preferences.jsonl"
@@ -54,9 +57,10 @@ SETTINGS = {
 # that both run the same algorithm and their results can be compared; it is only faster.
 SETTINGS[("rm", "gpu")] = SETTINGS[("rm", "cpu")]
 SETTINGS[("math", "gpu")] = SETTINGS[("math", "cpu")]
-# Each training stage keeps only its newest checkpoint (enough to resume it): one holds the optimizer state, 1.6 GB
-# for GRPO and 3.1 GB for PPO with SmolLM2.
+# Each training stage keeps only its newest checkpoint (enough to resume it). While the stage runs it holds the
+# optimizer state, 1.1 GB for GRPO and 2.2 GB for PPO with SmolLM2; once the stage has finished it is deleted.
 ONE_CHECKPOINT = ["--save_total_limit", 1]
+INTERRUPTED_EXIT_CODE = 130  # rlhf.guard's (importing that module loads transformers)
 TINY = {
     "reward": ["--max_steps", "4", "--per_device_train_batch_size", "4", "--eval_samples", "20", "--logging_steps", "1"],
     "grpo": ["--max_steps", "4", "--num_generations", "2", "--prompts_per_step", "2", "--per_device_train_batch_size",
@@ -67,15 +71,65 @@ TINY = {
 }
 
 
-def run_stage(name, command, timings):
+def run_stage(name, command, timings, folder=None):
+    """Run one stage's script; a training stage (`folder`: its output_dir) then drops its optimizer state."""
+    from rlhf.errors import USER_ERROR_EXIT_CODE
+    from rlhf.run import read_manifest
+
     print(f"\n=== {name} ===\n$ {' '.join(str(part) for part in command)}", flush=True)
+    earlier_run = folder is not None and bool(read_manifest(folder))
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, *map(str, command)], cwd=ROOT)
+    stage = subprocess.Popen([sys.executable, *map(str, command)], cwd=ROOT)
+    try:
+        code = stage.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the stage too: let it finish its step and save (exit code 130)
+        code = stage.wait()
     timings[name] = round(time.perf_counter() - start, 1)
-    if result.returncode != 0:
-        print(f"error: the {name} stage failed (exit code {result.returncode}); see its output above. Re-running "
-              "`python quickstart.py` with the same flags resumes from where it stopped.", file=sys.stderr)
-        sys.exit(result.returncode)
+    if code == 0:
+        if folder is not None:
+            drop_optimizer_state(name, folder)
+        return
+    if code == USER_ERROR_EXIT_CODE and earlier_run:
+        # The stage refused to go on with the run already in its folder, e.g. one trained with other settings (an
+        # earlier version of the quickstart, or --tiny in the same --output_dir): the same command refuses again.
+        advice = (f"the {name} stage refused the run already in {folder} (the error above); the quickstart cannot "
+                  "change its own settings: give it a new --output_dir to start afresh")
+    elif code == USER_ERROR_EXIT_CODE:
+        advice = f"the {name} stage stopped on the error above; fix what it names, then run `{rerun()}` again"
+    elif code == INTERRUPTED_EXIT_CODE:
+        advice = f"the {name} stage was interrupted; running `{rerun()}` again resumes from where it stopped"
+    else:
+        advice = (f"the {name} stage failed (exit code {code}); see its output above. Running `{rerun()}` again "
+                  "goes on from where it stopped")
+    print(f"error: {advice}", file=sys.stderr)
+    sys.exit(code)
+
+
+def rerun():
+    return " ".join(["python", Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def drop_optimizer_state(name, folder):
+    """Delete the optimizer state from the checkpoints of a finished stage: only an unfinished run resumes from it.
+
+    It is most of a stage's size (AdamW keeps two float32 values per weight: 1.1 GB for SmolLM2-135M, twice that
+    for PPO's policy and value model). The quickstart owns its folders; the final model and the rest of each
+    checkpoint stay, and the same command again still has nothing to do.
+    """
+    from rlhf.run import CHECKPOINT_RE, read_manifest
+
+    if not read_manifest(folder).get("finished_at"):
+        return
+    states = [path for checkpoint in sorted(Path(folder).iterdir()) if CHECKPOINT_RE.match(checkpoint.name)
+              for path in (checkpoint / "optimizer.pt", checkpoint / "optimizer.bin") if path.is_file()]
+    if states:
+        size = sum(path.stat().st_size for path in states)
+        for path in states:
+            path.unlink()
+        names = ", ".join(path.relative_to(folder).as_posix() for path in states)
+        amount = f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+        print(f"{name} finished: deleted its optimizer state ({names}, {amount}), which only resuming or continuing "
+              "its training would use", flush=True)
 
 
 def up_to_date(report, models):
@@ -89,16 +143,19 @@ def up_to_date(report, models):
     return report.exists() and all(m.exists() and m.stat().st_mtime < report.stat().st_mtime for m in manifests)
 
 
+@exit_on_user_error
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=("rm", "math"), default="rm", help="rm: reward model, GRPO and PPO; "
                         "math: GRPO with the math verifier")
     parser.add_argument("--seed", type=int, default=42, help="seed of every stage (training and evaluation)")
-    parser.add_argument("--output_dir", "--output-dir", help="where everything goes (default: "
-                        "./quickstart_output/<task>_seed<seed>)")
+    parser.add_argument("--output_dir", "--output-dir", help="where everything goes (default: ./quickstart_output/"
+                        "<task>_seed<seed>; with --tiny, ./quickstart_output/tiny_<task>_seed<seed>)")
     parser.add_argument("--tiny", action="store_true", help="tiny random models instead of SmolLM2 (~1 minute)")
     args = parser.parse_args()
-    out = Path(args.output_dir or f"quickstart_output/{args.task}_seed{args.seed}").resolve()
+    # The tiny pipeline has folders of its own: its runs would stop the real one (trained with other settings).
+    out = Path(args.output_dir or f"quickstart_output/{'tiny_' if args.tiny else ''}{args.task}_seed{args.seed}")
+    out = out.resolve()
     timings, begin = {}, time.perf_counter()
 
     print("=== models ===", flush=True)
@@ -126,7 +183,8 @@ def main():
         trained = [out / "grpo"]
         run_stage("GRPO", ["train_grpo.py", "--model_name_or_path", base, "--dataset_name", MATH_TRAIN, "--max_samples",
                            0, "--reward_funcs", "boxed_answer", "boxed_format", "--system_prompt", MATH_SYSTEM_PROMPT,
-                           "--output_dir", out / "grpo", *seed, *ONE_CHECKPOINT, *settings["grpo"]], timings)
+                           "--output_dir", out / "grpo", *seed, *ONE_CHECKPOINT, *settings["grpo"]], timings,
+                  out / "grpo")
         data = ["--dataset_name", MATH_TEST, "--train_samples", 0, "--reward_funcs", "boxed_answer", "boxed_format",
                 "--system_prompt", MATH_SYSTEM_PROMPT]
     else:
@@ -134,10 +192,10 @@ def main():
         common = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--max_samples", PREFERENCE_TRAIN_ROWS,
                   *seed, *ONE_CHECKPOINT]
         run_stage("reward model", ["train_reward_model.py", *common, "--output_dir", reward, *settings["reward"]],
-                  timings)
+                  timings, reward)
         for name, script, folder in (("GRPO", "train_grpo.py", out / "grpo"), ("PPO", "train_ppo.py", out / "ppo")):
             run_stage(name, [script, *common, "--reward_model_path", reward, "--output_dir", folder,
-                             *settings[name.lower()]], timings)
+                             *settings[name.lower()]], timings, folder)
         data = ["--reward_model_path", reward, "--dataset_name", PREFERENCES, "--train_samples", PREFERENCE_TRAIN_ROWS]
 
     evaluation = out / "evaluation.json"

