@@ -11,8 +11,8 @@ model with a 95% interval. --task math: GRPO with the boxed_answer verifier (+ b
 then base vs trained on held-out problems of data/math_test.jsonl: format rate and verifier accuracy (95% interval)
 and the accuracy gain (paired 95% interval). Each stage runs the package's own script as a subprocess and prints
 the command first, so you can re-run or change any stage by hand. Re-running continues: a finished stage has
-nothing to do, an interrupted one resumes. A stage's optimizer state is kept only until it finishes (it is only
-needed to resume), so the reward-model task leaves about 4 GB and the math task about 1 GB.
+nothing to do, an interrupted one resumes. A stage keeps its checkpoint (weights and optimizer state) only until it
+finishes (it is only needed to resume), so the reward-model task leaves about 2.2 GB and the math task about 0.6 GB.
 """
 
 import argparse
@@ -57,8 +57,8 @@ SETTINGS = {
 # that both run the same algorithm and their results can be compared; it is only faster.
 SETTINGS[("rm", "gpu")] = SETTINGS[("rm", "cpu")]
 SETTINGS[("math", "gpu")] = SETTINGS[("math", "cpu")]
-# Each training stage keeps only its newest checkpoint (enough to resume it). While the stage runs it holds the
-# optimizer state, 1.1 GB for GRPO and 2.2 GB for PPO with SmolLM2; once the stage has finished it is deleted.
+# Each training stage keeps only its newest checkpoint (enough to resume it): 1.6 GB for GRPO and 3.2 GB for PPO with
+# SmolLM2, most of it optimizer state. Once the stage has finished, its checkpoint is deleted.
 ONE_CHECKPOINT = ["--save_total_limit", 1]
 INTERRUPTED_EXIT_CODE = 130  # rlhf.guard's (importing that module loads transformers)
 TINY = {
@@ -72,7 +72,7 @@ TINY = {
 
 
 def run_stage(name, command, timings, folder=None):
-    """Run one stage's script; a training stage (`folder`: its output_dir) then drops its optimizer state."""
+    """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints."""
     from rlhf.errors import USER_ERROR_EXIT_CODE
     from rlhf.run import read_manifest
 
@@ -87,7 +87,7 @@ def run_stage(name, command, timings, folder=None):
     timings[name] = round(time.perf_counter() - start, 1)
     if code == 0:
         if folder is not None:
-            drop_optimizer_state(name, folder)
+            drop_checkpoints(name, folder)
         return
     if code == USER_ERROR_EXIT_CODE and earlier_run:
         # The stage refused to go on with the run already in its folder, e.g. one trained with other settings (an
@@ -109,27 +109,28 @@ def rerun():
     return " ".join(["python", Path(sys.argv[0]).name, *sys.argv[1:]])
 
 
-def drop_optimizer_state(name, folder):
-    """Delete the optimizer state from the checkpoints of a finished stage: only an unfinished run resumes from it.
+def drop_checkpoints(name, folder):
+    """Delete the checkpoints of a finished stage: only an unfinished run resumes from one.
 
-    It is most of a stage's size (AdamW keeps two float32 values per weight: 1.1 GB for SmolLM2-135M, twice that
-    for PPO's policy and value model). The quickstart owns its folders; the final model and the rest of each
-    checkpoint stay, and the same command again still has nothing to do.
+    A checkpoint is the final model again plus the optimizer state (AdamW keeps two float32 values per weight: 1.1 GB
+    for SmolLM2-135M, twice that for PPO's policy and value model). The quickstart owns its folders; the final model
+    stays, and the same command again still has nothing to do.
     """
+    import shutil
+
     from rlhf.run import CHECKPOINT_RE, read_manifest
 
     if not read_manifest(folder).get("finished_at"):
         return
-    states = [path for checkpoint in sorted(Path(folder).iterdir()) if CHECKPOINT_RE.match(checkpoint.name)
-              for path in (checkpoint / "optimizer.pt", checkpoint / "optimizer.bin") if path.is_file()]
-    if states:
-        size = sum(path.stat().st_size for path in states)
-        for path in states:
-            path.unlink()
-        names = ", ".join(path.relative_to(folder).as_posix() for path in states)
+    checkpoints = [path for path in sorted(Path(folder).iterdir()) if path.is_dir() and CHECKPOINT_RE.match(path.name)]
+    if checkpoints:
+        size = sum(file.stat().st_size for path in checkpoints for file in path.rglob("*") if file.is_file())
+        for path in checkpoints:
+            shutil.rmtree(path)
+        names = ", ".join(path.name for path in checkpoints)
         amount = f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
-        print(f"{name} finished: deleted its optimizer state ({names}, {amount}), which only resuming or continuing "
-              "its training would use", flush=True)
+        print(f"{name} finished: deleted its checkpoints ({names}, {amount}), which only resuming or continuing its "
+              f"training would use; the final model stays in {folder}", flush=True)
 
 
 def up_to_date(report, models):

@@ -116,8 +116,6 @@ def _decide(folder, configs, resume_from_checkpoint):
     checkpoint = _checkpoint_to_resume(folder, resume_from_checkpoint)
     if checkpoint is None and not manifest.get("finished_at"):
         return Launch()  # nothing trained yet: any settings start afresh
-    if checkpoint is not None:
-        _check_optimizer_state(checkpoint)
     config, resolved = config_sections(configs), resolved_settings(configs)
     record = _checkpoint_record(folder, checkpoint)  # None: the checkpoint is the folder's own
     changes = {}
@@ -133,7 +131,8 @@ def _decide(folder, configs, resume_from_checkpoint):
             "continue it, or choose a new --output_dir for a new run"
         )
     if manifest.get("finished_at"):
-        _check_continues(folder, manifest, changes, checkpoint)
+        _check_continues(folder, manifest, changes, checkpoint)  # a finished run may have nothing to do
+    _check_optimizer_state(checkpoint)
     return Launch(checkpoint, changes)
 
 
@@ -214,8 +213,9 @@ def _check_continues(folder, manifest, changes, checkpoint):
         raise UserError(f"{finished}; a lower --num_train_epochs does not go beyond it: raise it to continue the run")
     if checkpoint is None:
         raise UserError(
-            f"{finished} but kept no checkpoint (--save_strategy no), so it cannot continue with its optimizer "
-            "state; choose a new --output_dir"
+            f"{finished} but keeps no checkpoint (saved with --save_strategy no, or deleted since), so it cannot "
+            f"continue with its optimizer state; choose a new --output_dir (--model_name_or_path {folder} starts a "
+            "new run from its final weights)"
         )
 
 

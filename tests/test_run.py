@@ -106,7 +106,7 @@ def test_a_finished_run_continues_when_its_length_is_raised(tmp_path):
 
 def test_a_finished_run_without_a_checkpoint_cannot_continue(tmp_path):
     finished_run(tmp_path, Settings(), step=10, checkpoint=False)
-    with pytest.raises(UserError, match="kept no checkpoint"):
+    with pytest.raises(UserError, match="keeps no checkpoint"):
         prepare_output_dir(tmp_path, [Settings(max_steps=20)])
 
 
