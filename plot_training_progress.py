@@ -8,31 +8,36 @@ Usage:
 
 Each --log_dir is a run's output_dir; every event file under it (a resumed run has several) is merged into one
 run. Panels: loss, learning rate, mean reward, KL to the reference (--extra adds completion length, entropy and
-clip ratio). GRPO and PPO tag names are mapped onto these (see rlhf/metrics.py). The CSV has one row per run and
-step. `python plot_training_progress.py --help` lists every flag.
+clip ratio). GRPO and PPO tag names are mapped onto these (see rlhf/metrics.py); KL and entropy, which GRPO logs
+per token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run and step.
+`python plot_training_progress.py --help` lists every flag.
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.metrics import COLUMNS, CORE_COLUMNS, ema, find_runs, read_run, run_labels, write_csv
+from rlhf.metrics import COLUMNS, UNITS, ema, find_runs, read_run, run_labels, write_csv
 
 DEFAULT_LOG_DIRS = ("./grpo_training_output", "./ppo_training_output")
-# Panel title, and what to say when a run has no such metric.
+CORE_METRICS = ("loss", "learning_rate", "reward", "kl")  # always drawn, if only to say a run did not log them
+NO_KL = "no KL logged: beta was 0 (GRPO)\nor the run has no reference model"
+PER_COMPLETION = "nats per completion (sum over its tokens)"
+# Panel title, y-axis label, and what to say when a run has no such metric. GRPO's KL and entropy (means over
+# tokens) and PPO's (sums over a completion, tens of times larger) are drawn in panels of their own.
 PANELS = {
-    "loss": ("Loss", "no loss logged"),
-    "learning_rate": ("Learning rate", "no learning rate logged"),
-    "reward": ("Mean reward", "no reward logged"),
-    "kl": ("KL to the reference", "no KL logged: beta was 0 (GRPO)\nor the run has no reference model"),
-    "completion_length": ("Completion length (tokens)", "no completion length logged\n(plain TRL PPO logs none)"),
-    "entropy": ("Entropy", "no entropy logged"),
-    "clip_ratio": ("Clip ratio", "no clip ratio logged"),
+    "loss": ("Loss", None, "no loss logged"),
+    "learning_rate": ("Learning rate", None, "no learning rate logged"),
+    "reward": ("Mean reward", None, "no reward logged"),
+    "kl_per_token": ("KL to the reference, per token (GRPO)", "nats per token", NO_KL),
+    "kl_per_completion": ("KL to the reference, per completion (PPO)", PER_COMPLETION, NO_KL),
+    "completion_length": ("Completion length (tokens)", None, "no completion length logged\n(plain TRL PPO logs none)"),
+    "entropy_per_token": ("Entropy, per token (GRPO)", "nats per token", "no entropy logged"),
+    "entropy_per_completion": ("Entropy, per completion (PPO)", PER_COMPLETION, "no entropy logged"),
+    "clip_ratio": ("Clip ratio", None, "no clip ratio logged"),
 }
-# GRPO averages KL and entropy over tokens, PPO sums them over a completion: say so where both are drawn.
-# PPO's score also carries the --missing_eos_penalty of completions cut off before EOS.
-TAG_NOTES = {"kl": "per token", "objective/kl": "per completion", "entropy": "per token",
-             "objective/entropy": "per completion", "objective/scores": "incl. missing-EOS penalty"}
+# PPO's score also carries the --missing_eos_penalty of completions cut off before EOS: said where both are drawn.
+TAG_NOTES = {"objective/scores": "incl. missing-EOS penalty"}
 PPO_TAGS = {"lr", "objective/scores", "objective/kl", "loss/policy_avg"}
 
 
@@ -74,19 +79,18 @@ def main(args):
         runs[label], tags[label] = read_run(files)
     if not any(runs.values()):
         raise UserError(f"the event files under {', '.join(map(str, folders))} hold none of the metrics plotted "
-                        f"({', '.join(CORE_COLUMNS)}); is this the output_dir of a TRL training run?")
+                        f"({', '.join(CORE_METRICS)}); is this the output_dir of a TRL training run?")
 
     try:
         columns = write_csv(args.csv, runs)
-        extra_panels = [column for column in columns if args.extra and column in PANELS and column not in CORE_COLUMNS]
-        plot(runs, tags, args.output, args.smoothing, [*CORE_COLUMNS, *extra_panels])
+        plot(runs, tags, args.output, args.smoothing, panel_columns(runs, args.extra))
     except OSError as error:
         raise UserError(f"cannot write {error.filename} ({error.strerror}); choose another --output / --csv") from None
     print("Runs:")
     for (label, values), files in zip(runs.items(), found.values()):
         steps = sorted({step for points in values.values() for step in points})
         span = f"{len(steps)} logged steps (last {steps[-1]})" if steps else "no plotted metric logged"
-        lacking = [column for column in CORE_COLUMNS if column not in values]
+        lacking = [metric for metric in CORE_METRICS if not set(UNITS.get(metric, (metric,))) & set(values)]
         lacking = f"; not logged: {', '.join(lacking)}" if lacking and steps else ""
         print(f"  {label}: {span}, {len(files)} event file{'s' * (len(files) > 1)} in {found_folder(files)}{lacking}")
     print(f"Wrote the plot to {args.output} and the table to {args.csv} (columns: {', '.join(columns)}).")
@@ -110,7 +114,31 @@ def found_folder(files):
     return str(folders.pop()) if len(folders) == 1 else str(Path(files[0]).parent.parent)
 
 
+def panel_columns(runs, extra):
+    """The columns drawn, a panel each: the core metrics, then (`extra`) every other one some run logged. KL gets a
+    panel per unit some run logged it in, or one panel that says no run did."""
+    logged = {column for values in runs.values() for column in values}
+    kl_logged = logged & set(UNITS["kl"])
+    panels = []
+    for column in PANELS:
+        if column in UNITS["kl"]:
+            if column in kl_logged or (not kl_logged and column == UNITS["kl"][0]):
+                panels.append(column)
+        elif column in CORE_METRICS or (extra and column in logged):
+            panels.append(column)
+    return panels
+
+
 def plot(runs, tags, output, smoothing, panels):
+    import matplotlib.pyplot as plt
+
+    fig = figure(runs, tags, smoothing, panels)
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
+
+
+def figure(runs, tags, smoothing, panels):
+    """The figure: one panel per column in `panels`, every run that logged it drawn in its colour."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display needed
@@ -132,21 +160,22 @@ def plot(runs, tags, output, smoothing, panels):
     title = "Training progress" + (f" (EMA smoothing {smoothing}; faint lines: raw values)" if smoothing else "")
     fig.legend(handles=handles, loc="outside upper center", ncol=min(len(runs), 4), frameon=False, title=title,
                title_fontproperties={"size": "large"})
-    fig.savefig(output, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def _panel(ax, column, runs, tags, colors, smoothing):
     """Draw one metric of every run on `ax`; False when no run logged it (the panel then says so)."""
     from matplotlib.lines import Line2D
 
-    title, missing_text = PANELS[column]
+    title, unit, missing_text = PANELS[column]
     ax.set_title(title, loc="left", fontweight="bold")
     used = sorted({tags[label][column] for label in runs if column in tags[label]}, key=COLUMNS[column].index)
     notes = [f"{tag} ({TAG_NOTES[tag]})" if tag in TAG_NOTES and len(used) > 1 else tag for tag in used]
     ax.set_title(", ".join(notes), loc="right", fontsize=8, color="0.4")
-    missing = [label for label in runs if column not in runs[label]]
-    if len(missing) == len(runs):
+    # A run that logged this quantity in its other unit is drawn in that unit's panel, not missing from this one.
+    units = next((columns for columns in UNITS.values() if column in columns), (column,))
+    missing = [label for label in runs if not set(units) & set(runs[label])]
+    if not any(column in values for values in runs.values()):
         ax.text(0.5, 0.5, missing_text, ha="center", va="center", transform=ax.transAxes, color="0.3")
         ax.set_xticks([])
         ax.set_yticks([])
@@ -158,11 +187,13 @@ def _panel(ax, column, runs, tags, colors, smoothing):
             if smoothing and column != "learning_rate":  # a schedule is not noisy: smoothing it only adds lag
                 ax.plot(steps, points, color=colors[label], alpha=0.25, linewidth=1, **style)
                 points = ema(points, smoothing)
-            ax.plot(steps, points, color=colors[label], linewidth=1.8, **style)
+            ax.plot(steps, points, color=colors[label], linewidth=1.8, gid=label, **style)
     if missing:  # the runs that lack this metric, said in the panel itself
         note = missing_text.split(":")[0].split("\n")[0]
         handles = [Line2D([], [], color=colors[label], linestyle=":", label=f"{label}: {note}") for label in missing]
         ax.legend(handles=handles, fontsize=8, loc="best")
+    if unit:
+        ax.set_ylabel(unit)
     ax.grid(alpha=0.3)
     ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers, also in a 3-step run
     if column == "learning_rate":

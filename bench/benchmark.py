@@ -149,22 +149,27 @@ def main(argv=None):
     if device == "cuda" and not cuda and not args.dry_run:
         sys.exit("error: --suite gpu needs a CUDA GPU and none is visible here; use --suite cpu")
     args.threads = args.threads or torch.get_num_threads()
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="rlhf_bench_"))
-    if args.dry_run:
+    if args.dry_run:  # nothing is written, not even a temporary folder
         paths = {"policy": "<policy>", "reward_model": "<reward_model>", "prompts": "<prompts>"}
     else:
+        work = Path(args.work_dir or tempfile.mkdtemp(prefix="rlhf_bench_"))
         work.mkdir(parents=True, exist_ok=True)
         paths = dict(zip(("policy", "reward_model"), prepare_models(args, work)), prompts=work / "prompts")
-    on_gpu = cuda or device == "cuda"  # a dry run of --suite gpu shows the GPU's flags
+    on_gpu = cuda or device == "cuda"  # a dry run of --suite gpu shows the GPU's flags and step counts
     plans = [plan_run(name, label, flags, args, paths, on_gpu) for _ in range(args.repeats)
              for name in args.runs for label, flags in args.variants]
     environment = describe_environment(torch, cuda, args)
     print_header(environment, args)
     if args.dry_run:
         if on_gpu and not cuda:
-            print("(no GPU here: the step counts below are resolved with this machine's defaults, not a GPU's)")
+            print("(no GPU here: the commands and step counts below are those of a CUDA GPU, for which the package "
+                  "resolves its defaults)")
         for plan in plans[: len(plans) // args.repeats]:
-            print(f"\n{plan['run']}: {plan['about']}\n  " + shlex.join(plan["command"]))
+            skipped = f"; skipped here: {plan['skipped']}" if plan["skipped"] else ""
+            steps = "PPO rollouts" if plan["command"][1].endswith("train_ppo.py") else "optimizer steps"
+            print(f"\n{plan['run']}: {plan['about']}\n  {plan['warmup']} warm-up + {plan['measured']} measured "
+                  f"{steps}, {plan['steps_per_generation']} per generation of {plan['prompts_per_generation']} "
+                  f"prompts{skipped}\n  " + shlex.join(plan["command"]))
         return
     write_prompts(paths["prompts"], max(plan["prompts_needed"] for plan in plans))
     results, per_repeat = [], len(plans) // args.repeats
@@ -286,7 +291,7 @@ def _script_and_flags(name, args, paths, cuda):
 def plan_run(name, variant, variant_flags, args, paths, cuda):
     """One run's command with whole generation cycles of warm-up and measurement, and what its figures mean."""
     command = [*run_flags(name, args, paths, cuda), *variant_flags]
-    shape = batch_shape(name, command)
+    shape = batch_shape(name, command, cuda)
     cycle_prompts = shape["prompts_per_generation"]
     cycles = {key: math.ceil(getattr(args, key) * args.prompts_per_step / cycle_prompts)
               for key in ("warmup_steps", "steps")}
@@ -303,9 +308,12 @@ def plan_run(name, variant, variant_flags, args, paths, cuda):
             "skipped": skip}
 
 
-def batch_shape(name, command):
+def batch_shape(name, command, cuda):
     """Prompts per step, steps per generation (or rollout) and completions per generation of a run, as the script
-    it runs will resolve them on this machine: our scripts' flags are parsed by the package's own parser."""
+    it runs will resolve them on the device planned for (`cuda`): our scripts' flags are parsed by the package's
+    own parser, with its device defaults (config's `_cuda_available`) answering for that device, so that a dry run
+    of the GPU suite on a machine without one shows a GPU's step counts. Precision flags change no size and are
+    left out: transformers refuses `--bf16 true` where there is no GPU."""
     if name.startswith("trl_grpo"):
         batch = int(flag_value(command, "--per_device_train_batch_size"))
         accumulation = int(flag_value(command, "--gradient_accumulation_steps", 1))
@@ -315,17 +323,27 @@ def batch_shape(name, command):
         micro_steps = int(micro_steps) if micro_steps else int(generation) // batch if generation else accumulation
         group = int(flag_value(command, "--num_generations"))
         return _shape(per_step // group, micro_steps // accumulation, micro_steps * batch)
+    from unittest import mock
+
+    import config as script_config
     from config import GRPOTrainingConfig, ModelArguments, PPOTrainingConfig, PromptDataArguments, RewardArguments
     from rlhf.cli import parse_args as parse_script_args
     from rlhf.run import launched_processes
 
-    flags = [part for part in command[2:] if part not in ("--use_vllm",)]
+    flags, dropping = [], False
+    for part in command[2:]:
+        if part.startswith("--"):
+            dropping = part in ("--bf16", "--tf32")  # with its value
+        if not dropping and part != "--use_vllm":
+            flags.append(part)
+    types = (ModelArguments, PromptDataArguments, *((PPOTrainingConfig,) if name.startswith("ppo") else
+                                                     (RewardArguments, GRPOTrainingConfig)))
+    with mock.patch.object(script_config, "_cuda_available", lambda: cuda):
+        config = parse_script_args(types, flags)[-1]
     if name.startswith("ppo"):
-        config = parse_script_args((ModelArguments, PromptDataArguments, PPOTrainingConfig), flags)[-1]
-        # TRL 1.12's PPO rollout (its batch_size, one logged step) is per_device_train_batch_size x accumulation.
-        rollout = config.per_device_train_batch_size * config.gradient_accumulation_steps * launched_processes()
-        return _shape(rollout, 1, rollout)
-    config = parse_script_args((ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig), flags)[-1]
+        # One rollout (one logged step) generates prompts_per_rollout prompts, summed over processes (64 on a GPU:
+        # several mini-batches, see rlhf/trl_compat/ppo.py; one mini-batch of per_device x accumulation on a CPU).
+        return _shape(config.prompts_per_rollout, 1, config.prompts_per_rollout)
     per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * launched_processes()
     return _shape(per_step // config.num_generations, config.generation_batch_size // per_step,
                   config.generation_batch_size)

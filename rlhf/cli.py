@@ -55,6 +55,7 @@ class Parser:
 
         self.parser = _Parser(dataclass_types, description=description, formatter_class=_HelpFormatter,
                               usage="python %(prog)s [--config FILE.yaml] [--flag value ...]")
+        _describe_negations(self.parser)
         _group_help(self.parser)
         # Every name a flag answers to (its field name, `-` spellings, aliases such as evaluation's
         # --model_name_or_path), with `_` for `-`, mapped to the field it sets.
@@ -108,18 +109,34 @@ def parse_args(dataclass_types, args=None, description=None):
     return Parser(dataclass_types, description).parse(sys.argv[1:] if args is None else args)
 
 
+def _describe_negations(parser):
+    """Give each `--no_X` flag its own help: transformers copies X's ("Enable ...") and shows `(default: False)`.
+
+    The negation's default is set to X's (argparse takes a destination's default from its first action, X, so
+    parsing is unchanged; a YAML `--config` sets both) for `--help` to show the value it turns off.
+    """
+    positives = {}
+    for action in parser._actions:
+        if action.dest in positives and f"--no_{action.dest}" in action.option_strings:
+            action.default = positives[action.dest].default
+            action.help = f"Same as --{action.dest} false: turns it off (--{action.dest} defaults to %(default)s)."
+        positives.setdefault(action.dest, action)
+
+
 def _group_help(parser):
     """List the package's own flags first, in `HELP_GROUPS`, then everything else under `TAIL_TITLE`.
 
     argparse prints its groups in the order of `_action_groups`, each with its `_group_actions`: moving actions
     between groups is how flags declared in one dataclass (ours subclass TRL's configs) are listed apart.
     """
-    by_dest = {action.dest: action for action in parser._actions}
+    by_dest = {}  # a boolean flag on by default has two actions, X and --no_X: both are listed in X's group
+    for action in parser._actions:
+        by_dest.setdefault(action.dest, []).append(action)
     tail = next(group for group in parser._action_groups if group.title == "options")
     tail.title = TAIL_TITLE
     first = []
     for title, names in HELP_GROUPS.items():
-        actions = [by_dest[name] for name in names if name in by_dest]
+        actions = [action for name in names for action in by_dest.get(name, ())]
         if actions:
             group = parser.add_argument_group(title)
             for action in actions:
@@ -131,8 +148,8 @@ def _group_help(parser):
     others = [group for group in parser._action_groups if group not in first and group is not tail]
     parser._action_groups[:] = [*others, *first, tail]
     if first:  # -h/--help opens the first group rather than closing the long tail
-        tail._group_actions.remove(by_dest["help"])
-        first[0]._group_actions.insert(0, by_dest["help"])
+        tail._group_actions.remove(by_dest["help"][0])
+        first[0]._group_actions.insert(0, by_dest["help"][0])
 
 
 def _read_config(path, known):

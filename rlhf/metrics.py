@@ -1,7 +1,8 @@
 """Training metrics read back from TensorBoard event files, under one set of names for GRPO, PPO and reward runs.
 
-TRL's trainers log the same quantities under different tags (GRPO `kl`, PPO `objective/kl`); `COLUMNS` maps
-them onto common columns. Event files are read with TensorBoard's own `EventAccumulator`.
+TRL's trainers log the same quantities under different tags (GRPO `loss`, PPO `loss/policy_avg`); `COLUMNS` maps
+them onto common columns. KL and entropy keep a column per unit: GRPO logs them per token, PPO per completion.
+Event files are read with TensorBoard's own `EventAccumulator`.
 """
 
 import csv
@@ -12,22 +13,28 @@ from rlhf.errors import UserError
 
 EVENTS_GLOB = "events.out.tfevents.*"
 # Column -> the tags that fill it (without the `train/` prefix), first match wins. GRPO/reward model, then PPO.
+# GRPO's `kl` and `entropy` are means over a completion's tokens, PPO's `objective/kl` and `objective/entropy` sums
+# over them (tens of times larger): different units, so different columns, never one scale.
 COLUMNS = {
     "loss": ("loss", "loss/policy_avg"),
     "learning_rate": ("learning_rate", "lr"),
     "reward": ("reward", "objective/scores", "mean_reward"),
-    "kl": ("kl", "objective/kl"),
+    "kl_per_token": ("kl",),
+    "kl_per_completion": ("objective/kl",),
     "completion_length": ("completions/mean_length",),
-    "entropy": ("entropy", "objective/entropy"),
+    "entropy_per_token": ("entropy",),
+    "entropy_per_completion": ("objective/entropy",),
     "clip_ratio": ("clip_ratio/region_mean", "policy/clipfrac_avg"),
     "value_loss": ("loss/value_avg",),
 }
-CORE_COLUMNS = ("loss", "learning_rate", "reward", "kl")
+# A quantity logged in two units -> its columns.
+UNITS = {"kl": ("kl_per_token", "kl_per_completion"), "entropy": ("entropy_per_token", "entropy_per_completion")}
+CORE_COLUMNS = ("loss", "learning_rate", "reward", *UNITS["kl"])  # in every CSV, logged or not
 _TAG_TO_COLUMN = {tag: column for column, tags in COLUMNS.items() for tag in tags}
 
 
 def column_for(tag):
-    """The common column a logged tag belongs to (`train/objective/kl` -> `kl`), or None for any other tag."""
+    """The column a logged tag belongs to (`train/objective/kl` -> `kl_per_completion`), or None for other tags."""
     return _TAG_TO_COLUMN.get(tag.removeprefix("train/"))
 
 

@@ -13,17 +13,31 @@ ROOT = Path(__file__).resolve().parent.parent
 # Tests never reach the Hugging Face Hub: everything they load is built here.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-# pytest.ini runs the suite in parallel workers (pytest-xdist). Each worker, and every script it starts, uses one
-# thread: several processes that each start one OpenMP thread per core slow each other down several-fold.
+# The suite runs in parallel workers where pytest-xdist is installed (pytest_cmdline_main below). Each worker,
+# and every script it starts, uses one thread: several processes that each start one OpenMP thread per core slow
+# each other down several-fold.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
 
-# The slowest test files first (measured with --durations), while pytest.ini hands each worker one test at a time:
+# The slowest test files first (measured with --durations), while xdist hands each worker one test at a time:
 # the long tests start at once and the short ones fill in around them, instead of one long test running alone at
 # the end while the other workers wait.
 LONGEST_FIRST = ("test_e2e_smollm2.py", "test_cli_flows.py", "test_quickstart.py", "test_bench.py",
                  "test_distributed.py", "test_cli_ppo.py", "test_interruption.py", "test_cli_grpo.py",
                  "test_cli_reward.py", "test_cli_output_dir.py", "test_guard.py", "test_cli_reward_funcs.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns "auto" into a number of workers
+def pytest_cmdline_main(config):
+    """Where pytest-xdist is installed and no `-n` was given: one worker per core, at most 4, each handed one test
+    at a time (the slowest first, above). Without xdist (or with `-p no:xdist`, or `-n 0`) the suite runs in one
+    process. Here rather than `addopts = -n auto` in pytest.ini, which makes pytest refuse `-n` without xdist."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):  # a worker runs its tests
+        return
+    if config.option.numprocesses is None:
+        config.option.numprocesses = "auto"
+        config.option.maxprocesses = config.option.maxprocesses or 4
+        config.option.maxschedchunk = config.option.maxschedchunk or 1
 
 
 def pytest_collection_modifyitems(items):

@@ -118,3 +118,24 @@ def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
     assert {"torch", "transformers", "trl", "peft", "cuda"} <= set(report["versions"]) and report["device"]
     assert "grpo_trl_settings / trl_grpo (identical settings), seconds per generated token:" in result.stdout
     assert re.search(r"^grpo +[\d.]+ +4 +2 ", result.stdout, flags=re.MULTILINE)  # the table's row
+
+
+def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(tmp_path):
+    from config import GPU_PROMPTS_PER_GENERATION
+
+    result = run_script("bench/benchmark.py", "--suite", "gpu", "--dry_run",
+                        env={"CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no GPU here" in result.stdout
+    commands = {}
+    for block in result.stdout.split("\n\n")[1:]:
+        head, counts, command = block.strip().splitlines()
+        commands[head.split(":")[0]] = (counts.strip(), command.split())
+    assert list(commands) == benchmark.SUITES["gpu"]["runs"]
+    assert flags_after(commands["trl_grpo"][1], "--bf16") == ["true"]  # TRL's precision on a GPU, refused on a CPU
+    # Step counts as the package resolves them on a GPU: one generation of 64 prompts serves 16 steps of 4 prompts.
+    steps_per_generation = GPU_PROMPTS_PER_GENERATION // 4
+    assert commands["grpo"][0].startswith(f"{steps_per_generation} warm-up + {steps_per_generation} measured")
+    assert flags_after(commands["grpo"][1], "--max_steps") == [str(2 * steps_per_generation)]
+    assert flags_after(commands["ppo"][1], "--total_episodes") == [str(2 * GPU_PROMPTS_PER_GENERATION)]  # 2 rollouts
+    assert not list(tmp_path.glob("rlhf_bench_*"))  # a dry run makes no work folder, not even a temporary one

@@ -85,6 +85,27 @@ def test_help_lists_the_package_flags_first_in_groups_then_the_rest():
     assert "--adam_beta1" in tail and "--adam_beta1" not in text[:positions[-1]]
 
 
+def test_help_says_a_negated_flag_turns_its_option_off(tmp_path):
+    import re
+
+    from rlhf.cli import Parser
+
+    text = Parser(GRPO_TYPES).parser.format_help()
+    entry = re.search(r"\n  --no_gradient_checkpointing, --no-gradient-checkpointing\n(.*?)\n  --", text, re.DOTALL)
+    entry = " ".join(entry.group(1).split())
+    assert not entry.startswith("Enable") and "--gradient_checkpointing false" in entry, entry
+    assert "defaults to True" in entry and "(default: False)" not in entry, entry
+    optimization = text[text.index("\nOptimization:\n"):text.index("\nOutput:\n")]
+    assert "--gradient_checkpointing [GRADIENT_CHECKPOINTING]" in optimization  # the flag itself sits beside it
+    assert "Enable gradient checkpointing" in optimization
+    # Parsing is unchanged: on by default, off with the negated flag or with `false` from a flag or YAML.
+    assert parse()[3].gradient_checkpointing is True
+    assert parse("--no_gradient_checkpointing")[3].gradient_checkpointing is False
+    config = tmp_path / "grpo.yaml"
+    config.write_text("gradient_checkpointing: false\n")
+    assert parse("--config", str(config))[3].gradient_checkpointing is False
+
+
 def test_yaml_and_flag_typos_name_the_key_and_a_fix(tmp_path):
     config = tmp_path / "grpo.yaml"
     config.write_text("lerning_rate: 1.0e-6\n")

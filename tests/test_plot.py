@@ -77,22 +77,59 @@ def test_plots_grpo_ppo_and_a_run_without_kl(results):
     png, table, result = results["out"] / "progress.png", results["out"] / "metrics.csv", results["plot"]
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_csv(table)
-    assert list(rows[0]) == ["run", "step", "loss", "learning_rate", "reward", "kl", "completion_length", "entropy",
-                             "clip_ratio", "value_loss"]
+    assert list(rows[0]) == ["run", "step", "loss", "learning_rate", "reward", "kl_per_token", "kl_per_completion",
+                             "completion_length", "entropy_per_token", "entropy_per_completion", "clip_ratio",
+                             "value_loss"]
     by_key = {(row["run"], int(row["step"])): row for row in rows}
     assert len(rows) == 15
     grpo3, grpo5, ppo2, nokl2 = by_key["grpo", 3], by_key["grpo", 5], by_key["ppo", 2], by_key["nokl", 2]
-    assert (grpo3["reward"], grpo3["kl"], grpo3["loss"], grpo3["learning_rate"]) == ("0.75", "0.1875", "1.5", "3e-06")
+    assert (grpo3["reward"], grpo3["loss"], grpo3["learning_rate"]) == ("0.75", "1.5", "3e-06")
+    # GRPO's KL and entropy are per token, PPO's per completion: each in its own column, never one.
+    assert (grpo3["kl_per_token"], grpo3["entropy_per_token"]) == ("0.1875", "6.0")
+    assert (grpo3["kl_per_completion"], grpo3["entropy_per_completion"]) == ("", "")
     assert grpo5["reward"] == "20.0"  # the resumed launch's value for step 5
     assert (grpo3["completion_length"], grpo3["clip_ratio"], grpo3["value_loss"]) == ("30.0", "0.375", "")
     assert (ppo2["loss"], ppo2["value_loss"], ppo2["learning_rate"], ppo2["reward"]) == ("-1.0", "1.5", "4e-06", "-2.0")
-    assert (ppo2["kl"], ppo2["entropy"], ppo2["clip_ratio"], ppo2["completion_length"]) == ("1.0", "80.0", "0.5", "")
-    assert nokl2["kl"] == "" and nokl2["reward"] == "0.5"
+    assert (ppo2["kl_per_completion"], ppo2["entropy_per_completion"]) == ("1.0", "80.0")
+    assert (ppo2["kl_per_token"], ppo2["entropy_per_token"]) == ("", "")
+    assert (ppo2["clip_ratio"], ppo2["completion_length"]) == ("0.5", "")
+    assert nokl2["kl_per_token"] == nokl2["kl_per_completion"] == "" and nokl2["reward"] == "0.5"
     assert "nokl: 5 logged steps" in result.stdout and "not logged: kl" in result.stdout
     assert "2 event files" in result.stdout and str(png) in result.stdout and str(table) in result.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     height, width, channels = matplotlib.image.imread(png).shape
-    assert height > width > 1000 and channels in (3, 4)  # 4 rows of panels with --extra
+    assert height > width > 1000 and channels in (3, 4)  # 5 rows of panels with --extra
+
+
+def test_per_token_and_per_completion_kl_and_entropy_are_drawn_apart(logs):
+    import matplotlib.pyplot as plt
+
+    from plot_training_progress import figure, panel_columns
+    from rlhf.metrics import event_files, read_run
+
+    runs, tags = {}, {}
+    for name in ("grpo", "ppo", "nokl"):
+        runs[name], tags[name] = read_run(event_files(logs / name))
+    panels = panel_columns(runs, extra=True)
+    assert panels == ["loss", "learning_rate", "reward", "kl_per_token", "kl_per_completion", "completion_length",
+                      "entropy_per_token", "entropy_per_completion", "clip_ratio"]
+    fig = figure(runs, tags, 0.0, panels)
+    axes = {ax.get_title(loc="left"): ax for ax in fig.axes}
+    drawn = {title: {line.get_gid() for line in ax.get_lines() if line.get_gid()} for title, ax in axes.items()}
+    assert drawn["Loss"] == {"grpo", "ppo", "nokl"}
+    assert drawn["KL to the reference, per token (GRPO)"] == {"grpo"}  # nokl: GRPO with beta 0
+    assert drawn["Entropy, per token (GRPO)"] == {"grpo", "nokl"}
+    assert drawn["KL to the reference, per completion (PPO)"] == drawn["Entropy, per completion (PPO)"] == {"ppo"}
+    assert axes["KL to the reference, per token (GRPO)"].get_ylabel() == "nats per token"
+    assert axes["Entropy, per completion (PPO)"].get_ylabel().startswith("nats per completion")
+    # A run is "missing" from a KL panel only if it logged KL in neither unit.
+    notes = [text.get_text() for text in axes["KL to the reference, per token (GRPO)"].get_legend().get_texts()]
+    assert notes == ["nokl: no KL logged"]
+    plt.close(fig)
+    # GRPO alone: one KL panel, per token; no run with KL: one panel that says so.
+    assert [p for p in panel_columns({"grpo": runs["grpo"]}, extra=False) if p.startswith("kl")] == ["kl_per_token"]
+    assert panel_columns({"nokl": runs["nokl"]}, extra=False) == ["loss", "learning_rate", "reward", "kl_per_token"]
+    assert [p for p in panel_columns({"ppo": runs["ppo"]}, extra=False) if p.startswith("kl")] == ["kl_per_completion"]
 
 
 def test_help_exits_zero(results):
@@ -133,8 +170,9 @@ def test_runs_are_split_by_output_dir_and_labels_disambiguated(logs, tmp_path):
         ("train/loss", "loss"), ("loss", "loss"), ("train/loss/policy_avg", "loss"),
         ("train/loss/value_avg", "value_loss"), ("train/learning_rate", "learning_rate"), ("train/lr", "learning_rate"),
         ("train/reward", "reward"), ("train/objective/scores", "reward"), ("train/mean_reward", "reward"),
-        ("train/kl", "kl"), ("objective/kl", "kl"), ("train/completions/mean_length", "completion_length"),
-        ("train/entropy", "entropy"), ("train/objective/entropy", "entropy"),
+        ("train/kl", "kl_per_token"), ("objective/kl", "kl_per_completion"),
+        ("train/completions/mean_length", "completion_length"), ("train/entropy", "entropy_per_token"),
+        ("train/objective/entropy", "entropy_per_completion"),
         ("train/clip_ratio/region_mean", "clip_ratio"), ("train/policy/clipfrac_avg", "clip_ratio"),
         ("train/grad_norm", None), ("eval/loss", None), ("train/train_loss", None),
         ("train/objective/rlhf_reward", None),

@@ -1,0 +1,31 @@
+"""tests/conftest.py: the suite runs in parallel workers where pytest-xdist is installed, in one process without it."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+ONE_TEST = "tests/test_verifier.py::test_the_table_is_large_and_covers_every_verdict"
+
+
+def run_pytest(*args):
+    command = [sys.executable, "-m", "pytest", ONE_TEST, "-v", "-p", "no:cacheprovider", *args]
+    return subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_without_xdist_the_suite_runs_in_one_process():
+    result = run_pytest("-p", "no:xdist")  # as where pytest-xdist is not installed
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout and "worker" not in result.stdout
+
+
+def test_with_xdist_the_suite_runs_in_at_most_4_workers_unless_told_otherwise():
+    pytest.importorskip("xdist")
+    result = run_pytest()
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    workers = re.search(r"^created: (\d+)/\1 workers?$", result.stdout, flags=re.MULTILINE)
+    assert workers and 1 <= int(workers.group(1)) <= 4, result.stdout[-2000:]
+    single = run_pytest("-n", "0")
+    assert single.returncode == 0 and "worker" not in single.stdout, single.stdout[-2000:]
