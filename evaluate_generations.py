@@ -26,6 +26,7 @@ import sys
 from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import load_rows
+from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
 from rlhf.evaluation import (Interrupted, StopOnSignal, check_writable, compare, draw_prompts, format_table, generate,
                              held_out_prompts, save_report, score, scoring_record, summarize)
 from rlhf.models import check_model_source, load_causal_lm, load_tokenizer, reward_model_dtype
@@ -47,12 +48,14 @@ def main(args, rewards):
     # The report fills in as models finish and is saved after each: Ctrl-C, SIGTERM or an error keeps them.
     report = {"complete": False, "config": {}, "models": [], "comparison": []}
     finished, total = report["models"], len(args.model_path)
+
+    def kept():
+        return f"{len(finished)} of {total} models finished: saved in {args.output_file}, marked \"complete\": false"
+
     try:
         with StopOnSignal() as stop:
             evaluate(args, rewards, report, stop)
     except Interrupted as interrupted:
-        from rlhf.guard import INTERRUPTED_EXIT_CODE
-
         if not finished:
             print(f"\n{interrupted.name} received before the first model finished: nothing saved.")
         else:
@@ -63,9 +66,12 @@ def main(args, rewards):
         sys.exit(INTERRUPTED_EXIT_CODE)
     except UserError as error:
         if finished:  # e.g. a user's reward function that raised on a later model's completions
-            raise UserError(f"{error} ({len(finished)} of {total} models finished: saved in {args.output_file}, "
-                            "marked \"complete\": false)") from None
+            raise UserError(f"{error} ({kept()})") from None
         raise
+    except NonFiniteError as error:  # a reward that is NaN or infinite: the scorer is broken, its mean meaningless
+        print(f"\nerror: {error}{f' ({kept()})' if finished else ''}; check the reward model or function",
+              file=sys.stderr)
+        sys.exit(NON_FINITE_EXIT_CODE)
     print(format_table(report["models"], report["comparison"]))
     print(f"Wrote {args.output_file}: {report['config']['num_prompts']} prompts x {args.num_completions} "
           "completions per model.")

@@ -266,3 +266,20 @@ def test_ctrl_c_saves_the_finished_models_marked_partial(tiny_models, tmp_path):
     assert report["config"]["prompt_rows"] and report["config"]["scoring"]["reward_funcs"] == ["reward_model"]
     (line,) = [line for line in stdout.splitlines() if "SIGINT" in line]
     assert f"partial results ({len(report['models'])} of 3 models) saved to {out}" in line
+
+
+def test_a_reward_model_that_scores_nan_ends_in_one_line(tiny_models, tmp_path, run_cli):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    broken = tiny.build_reward_model(tmp_path / "nan_reward", tiny.build_tokenizer())
+    weights = load_file(broken / "model.safetensors")
+    weights["score.weight"] = torch.full_like(weights["score.weight"], float("nan"))
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    args = eval_args(tiny_models, tmp_path / "e.json", tiny_models["policy"])
+    args[args.index("--reward_model_path") + 1] = broken
+    result = run_cli("evaluate_generations.py", *args)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert f"reward model {broken}" in error and "non-finite" in error
+    assert not (tmp_path / "e.json").exists()
