@@ -27,8 +27,8 @@ from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
-from rlhf.evaluation import (Interrupted, StopOnSignal, check_writable, compare, draw_prompts, format_table, generate,
-                             held_out_prompts, save_report, score, scoring_record, summarize)
+from rlhf.evaluation import (Interrupted, ReportNotWritten, StopOnSignal, check_writable, compare, draw_prompts,
+                             format_table, generate, held_out_prompts, save_report, score, scoring_record, summarize)
 from rlhf.models import check_model_source, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
@@ -65,7 +65,7 @@ def main(args, rewards):
                   f"{args.output_file}, marked \"complete\": false; re-run the same command for all of them.")
         sys.exit(INTERRUPTED_EXIT_CODE)
     except UserError as error:
-        if finished:  # e.g. a user's reward function that raised on a later model's completions
+        if finished and not isinstance(error, ReportNotWritten):  # e.g. a reward function raising on a later model
             raise UserError(f"{error} ({kept()})") from None
         raise
     except NonFiniteError as error:  # a reward that is NaN or infinite: the scorer is broken, its mean meaningless

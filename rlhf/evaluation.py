@@ -294,6 +294,10 @@ def check_writable(output_file):
     os.unlink(probe)
 
 
+class ReportNotWritten(UserError):
+    """The report could not be written where asked; the message says where it went instead."""
+
+
 def save_report(output_file, report):
     """Write the report atomically (a crash never leaves half a file). Should writing fail after all (a full disk),
     the results go to the temporary folder instead and the error says where: they are never lost."""
@@ -307,8 +311,8 @@ def save_report(output_file, report):
         handle, fallback = tempfile.mkstemp(prefix=f"{path.stem}_", suffix=".json")
         os.close(handle)
         _write_json(Path(fallback), report)
-        raise UserError(f"cannot write --output_file {output_file} ({error.strerror or error}); the results were "
-                        f"saved to {fallback} instead") from None
+        raise ReportNotWritten(f"cannot write --output_file {output_file} ({error.strerror or error}); the results "
+                               f"were saved to {fallback} instead") from None
 
 
 class Interrupted(BaseException):
