@@ -14,22 +14,25 @@ against the baseline under the reward model (ties count half) is reported with a
 the math verifier (`boxed_answer`), each model's format rate and verifier accuracy (95% interval) and each model's
 accuracy gain over the baseline (paired 95% interval) are reported too.
 Prompts are drawn from the rows after the first `--train_samples` (the rows training used), so they are
-held out by default. See the README for the JSON layout.
+held out by default. The JSON records the prompts' dataset rows and what scored them, and is saved after each
+model: Ctrl-C (or SIGTERM) keeps the models already finished, marked `"complete": false`, and exits with 130.
+See the README for the JSON layout.
 """
 
 import functools
-import json
 import logging
-from pathlib import Path
+import sys
 
 from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.evaluation import compare, draw_prompts, format_table, generate, score, summarize
+from rlhf.data import load_rows
+from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
+from rlhf.evaluation import (Interrupted, ReportNotWritten, StopOnSignal, check_writable, compare, draw_prompts,
+                             format_table, generate, held_out_prompts, save_report, score, scoring_record, summarize)
 from rlhf.models import check_model_source, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
-from rlhf.run import versions
+from rlhf.run import LIBRARIES, versions
 
 
 def main(args, rewards):
@@ -40,8 +43,41 @@ def main(args, rewards):
     if "reward_model" in rewards.reward_funcs:
         check_model_source(rewards.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(args.reward_weights, rewards.reward_funcs)
-    weights = args.reward_weights or [1.0] * len(rewards.reward_funcs)
+    check_writable(args.output_file)
 
+    # The report fills in as models finish and is saved after each: Ctrl-C, SIGTERM or an error keeps them.
+    report = {"complete": False, "config": {}, "models": [], "comparison": []}
+    finished, total = report["models"], len(args.model_path)
+
+    def kept():
+        return f"{len(finished)} of {total} models finished: saved in {args.output_file}, marked \"complete\": false"
+
+    try:
+        with StopOnSignal() as stop:
+            evaluate(args, rewards, report, stop)
+    except Interrupted as interrupted:
+        if not finished:
+            print(f"\n{interrupted.name} received before the first model finished: nothing saved.")
+        else:
+            report["interrupted_by"] = interrupted.name
+            save_report(args.output_file, report)
+            print(f"\n{interrupted.name} received: partial results ({len(finished)} of {total} models) saved to "
+                  f"{args.output_file}, marked \"complete\": false; re-run the same command for all of them.")
+        sys.exit(INTERRUPTED_EXIT_CODE)
+    except UserError as error:
+        if finished and not isinstance(error, ReportNotWritten):  # e.g. a reward function raising on a later model
+            raise UserError(f"{error} ({kept()})") from None
+        raise
+    except NonFiniteError as error:  # a reward that is NaN or infinite: the scorer is broken, its mean meaningless
+        print(f"\nerror: {error}{f' ({kept()})' if finished else ''}; check the reward model or function",
+              file=sys.stderr)
+        sys.exit(NON_FINITE_EXIT_CODE)
+    print(format_table(report["models"], report["comparison"]))
+    print(f"Wrote {args.output_file}: {report['config']['num_prompts']} prompts x {args.num_completions} "
+          "completions per model.")
+
+
+def evaluate(args, rewards, report, stop):
     import torch
     from tqdm.auto import tqdm
 
@@ -50,32 +86,45 @@ def main(args, rewards):
     ################
     baseline = args.model_path[0]
     tokenizer = load_tokenizer(baseline, args.trust_remote_code)
-    rows = load_rows(args.dataset_name, args.dataset_split)
-    if len(rows) <= args.train_samples:
+    for path in args.model_path[1:]:  # a model that cannot load fails now, not after the models before it ran
+        load_tokenizer(path, args.trust_remote_code)
+    dataset = load_rows(args.dataset_name, args.dataset_split)
+    if len(dataset) <= args.train_samples:
         raise UserError(
-            f"dataset {args.dataset_name} has {len(rows)} rows, all within the first --train_samples "
+            f"dataset {args.dataset_name} has {len(dataset)} rows, all within the first --train_samples "
             f"{args.train_samples} that training used; pass the --max_samples you trained with as --train_samples"
         )
-    held_out = rows.select(range(args.train_samples, len(rows)))
-    prompts, _, _ = build_prompt_dataset(held_out, tokenizer, args.max_prompt_length, args.system_prompt)
-    rows, row_numbers = draw_prompts(prompts, args.train_samples, args.num_prompts, args.seed)
+    prompts, numbers, dropped = held_out_prompts(dataset, tokenizer, args.train_samples, args.max_prompt_length,
+                                                 args.system_prompt)
+    rows, row_numbers = draw_prompts(prompts, numbers, args.num_prompts, args.seed)
     prompts = [row["prompt"] for row in rows]  # rows keep every other column (e.g. ground_truth for boxed_answer)
+    where = f"rows after --train_samples {args.train_samples}" + (
+        f"; {dropped} dropped as longer than --max_prompt_length {args.max_prompt_length}" if dropped else "")
+    if args.num_prompts > len(prompts):
+        print(f"Evaluating all {len(prompts)} held-out prompts, not --num_prompts {args.num_prompts} ({where}).")
+    else:
+        print(f"Evaluating {len(prompts)} prompts drawn from {len(numbers)} held-out ones ({where}).")
 
     ################
-    # Generate and score, one model at a time
+    # Generate and score, one model at a time; the report is saved after each
     ################
     device = "cuda" if torch.cuda.is_available() else "cpu"
     scorer_dtype = reward_model_dtype(rewards.reward_model_dtype, args.dtype, on_gpu=device == "cuda")
+    weights = args.reward_weights or [1.0] * len(rewards.reward_funcs)
     load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, scorer_dtype,
                                     args.trust_remote_code, device, args.batch_size)
     funcs = load_reward_funcs(rewards.reward_funcs, load_scorer, rewards.boxed_rewards)
-    results = []
+    libraries = (*LIBRARIES, "math-verify") if "boxed_answer" in rewards.reward_funcs else LIBRARIES
+    report["config"] = {**vars(args), "num_prompts": len(prompts), "num_prompts_requested": args.num_prompts,
+                        "prompt_rows": row_numbers, "scoring": scoring_record(rewards, weights, scorer_dtype),
+                        "versions": versions(libraries)}
+    results = report["models"]
     for path in args.model_path:
         model, model_tokenizer = load_causal_lm(path, args.dtype, args.trust_remote_code)
         model.to(device)
         with tqdm(total=len(prompts) * args.num_completions, desc=f"Generating with {path}") as progress:
             completions = generate(model, model_tokenizer, prompts, args.num_completions, args.max_new_tokens,
-                                   args.temperature, args.top_p, args.batch_size, args.seed, progress)
+                                   args.temperature, args.top_p, args.batch_size, args.seed, progress, stop)
         del model
         score(funcs, weights, rows, completions)
         results.append({
@@ -83,24 +132,16 @@ def main(args, rewards):
             "summary": summarize(completions, seed=args.seed),
             "prompts": [{"prompt": p, "completions": cs} for p, cs in zip(prompts, completions)],
         })
+        if len(results) > 1:  # against the baseline, on the same prompts and sampling seed
+            report["comparison"].append({"model_path": path, "baseline": baseline,
+                                         **compare(per_prompt(results[-1]), per_prompt(results[0]), seed=args.seed)})
+        report["complete"] = len(results) == len(args.model_path)
+        save_report(args.output_file, report)
+        stop.check()
 
-    ################
-    # Compare with the baseline, report
-    ################
-    def per_prompt(result):
-        return [p["completions"] for p in result["prompts"]]
 
-    comparison = [{"model_path": r["model_path"], "baseline": baseline,
-                   **compare(per_prompt(r), per_prompt(results[0]), seed=args.seed)} for r in results[1:]]
-    report = {
-        "config": {**vars(args), "prompt_rows": row_numbers, "versions": versions()},
-        "models": results,
-        "comparison": comparison,
-    }
-    Path(args.output_file).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output_file).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(format_table(results, comparison))
-    print(f"Wrote {args.output_file}")
+def per_prompt(result):
+    return [p["completions"] for p in result["prompts"]]
 
 
 @exit_on_user_error

@@ -5,6 +5,7 @@ Light on purpose (no third-party import), so that every module can raise them.
 
 USER_ERROR_EXIT_CODE = 2
 NON_FINITE_EXIT_CODE = 1
+INTERRUPTED_EXIT_CODE = 130  # Ctrl-C or SIGTERM: what was finished is saved (128 + SIGINT, as shells report)
 
 
 class UserError(Exception):

@@ -6,8 +6,14 @@ unit every interval resamples: the completions of one prompt are not independent
 """
 
 import math
+import os
 import random
+import signal
 import statistics
+import tempfile
+from pathlib import Path
+
+from rlhf.errors import UserError
 
 RANKS = ("BEST", "MEDIUM", "WORST")
 TIE_TOLERANCE = 1e-6
@@ -137,20 +143,36 @@ def compare(model_prompts, baseline_prompts, seed=0):
 ################
 
 
-def draw_prompts(rows, train_samples, num_prompts, seed):
-    """(picked rows, their row numbers): `num_prompts` rows drawn (seeded) from those after the first
-    `train_samples`, the rows training used. `rows` are prompt rows (a `prompt` column plus the dataset's others)."""
+ROW = "_evaluation_row"  # the dataset row number of a prompt, carried through the length filter
+
+
+def held_out_prompts(rows, tokenizer, train_samples, max_prompt_length, system_prompt=None):
+    """(prompt rows, their dataset row numbers, how many were dropped as over-long): the rows after the first
+    `train_samples` (the rows training used), as `build_prompt_dataset` makes them. A prompt keeps the number of
+    its row: counting after the filter would shift every number past a dropped prompt."""
+    from rlhf.data import build_prompt_dataset
+
+    held_out = rows.select(range(train_samples, len(rows)))
+    held_out = held_out.add_column(ROW, list(range(train_samples, len(rows))))
+    prompts, _, dropped = build_prompt_dataset(held_out, tokenizer, max_prompt_length, system_prompt)
+    return prompts.remove_columns(ROW), prompts[ROW], dropped
+
+
+def draw_prompts(rows, row_numbers, num_prompts, seed):
+    """(picked rows, their row numbers): `num_prompts` of `rows` drawn (seeded), in their order; all of them when
+    there are fewer. `rows` are prompt rows (a `prompt` column plus the dataset's others)."""
     picked = sorted(random.Random(seed).sample(range(len(rows)), min(num_prompts, len(rows))))
-    return [rows[i] for i in picked], [train_samples + i for i in picked]
+    return [rows[i] for i in picked], [row_numbers[i] for i in picked]
 
 
 def generate(model, tokenizer, prompts, num_completions, max_new_tokens, temperature, top_p, batch_size, seed,
-             progress=None):
+             progress=None, stop=None):
     """Sample `num_completions` completions per prompt (chat-templated conversations), batched.
 
     Returns, per prompt, a list of dicts with `text`, `num_tokens` and `ended_with_eos`. The RNG is seeded once
     before the first batch, and batches always hold the same prompts in the same order, so every model
-    evaluated with the same arguments draws from the same random stream.
+    evaluated with the same arguments draws from the same random stream. `stop` (a `StopOnSignal`) is checked
+    after each batch.
     """
     import torch
 
@@ -181,6 +203,8 @@ def generate(model, tokenizer, prompts, num_completions, max_new_tokens, tempera
             })
         if progress is not None:
             progress.update(len(batch))
+        if stop is not None:
+            stop.check()
     return results
 
 
@@ -225,3 +249,111 @@ def format_table(results, comparison):
             lines.append(f"{r['model_path'][-40:]:<40} {s['format_rate']:>6.0%} {accuracy:>20} "
                          f"{s['verifier_timeouts']:>9}  {gain}")
     return "\n".join(lines)
+
+
+################
+# What scored, where the report goes, stopping early
+################
+
+
+def scoring_record(rewards, weights, reward_model_dtype):
+    """What scored the completions: the reward functions and their weights, the reward model (path, and the dtype
+    it loaded in), the verifier's settings; the report records it beside the models and sampling settings."""
+    from rlhf import verifier
+
+    record = {"reward_funcs": list(rewards.reward_funcs), "reward_weights": list(weights)}
+    if "reward_model" in rewards.reward_funcs:
+        record["reward_model"] = {"path": rewards.reward_model_path, "dtype": reward_model_dtype,
+                                  "reward_model_dtype": rewards.reward_model_dtype}
+    if "boxed_answer" in rewards.reward_funcs:
+        correct, wrong, missing = rewards.boxed_rewards
+        record["boxed_answer"] = {"correct": correct, "wrong": wrong, "missing": missing, "timeout": wrong,
+                                  "time_limit_s": verifier.TIME_LIMIT, "max_answer_chars": verifier.MAX_ANSWER_CHARS}
+    return record
+
+
+def check_writable(output_file):
+    """Refuse, before any model loads, an `--output_file` the report could not be written to (found out only at
+    the end, it would throw the whole evaluation away). Missing folders are fine: they are made when it is written."""
+    path = Path(output_file).expanduser()
+    if path.is_dir():
+        raise UserError(f"--output_file {output_file} is a folder; give a file path, e.g. "
+                        f"{path / 'evaluation_results.json'}")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"cannot write --output_file {output_file}: {folder} is a file, not a folder; pick another "
+                        "path")
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".write_test_")
+    except OSError as error:
+        raise UserError(f"cannot write --output_file {output_file} ({error.strerror} in {folder}); pick a writable "
+                        "path or make that folder writable") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+class ReportNotWritten(UserError):
+    """The report could not be written where asked; the message says where it went instead."""
+
+
+def save_report(output_file, report):
+    """Write the report atomically (a crash never leaves half a file). Should writing fail after all (a full disk),
+    the results go to the temporary folder instead and the error says where: they are never lost."""
+    from rlhf.run import _write_json
+
+    path = Path(output_file).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(path, report)
+    except OSError as error:
+        handle, fallback = tempfile.mkstemp(prefix=f"{path.stem}_", suffix=".json")
+        os.close(handle)
+        _write_json(Path(fallback), report)
+        raise ReportNotWritten(f"cannot write --output_file {output_file} ({error.strerror or error}); the results "
+                               f"were saved to {fallback} instead") from None
+
+
+class Interrupted(BaseException):
+    """SIGINT (Ctrl-C) or SIGTERM during the evaluation: the models already finished are saved, then exit 130.
+
+    A BaseException, like KeyboardInterrupt, so that no library's `except Exception` swallows it."""
+
+    def __init__(self, name):
+        super().__init__(f"{name} received")
+        self.name = name
+
+
+class StopOnSignal:
+    """While active, the first SIGINT or SIGTERM raises `Interrupted` where the evaluation is, so that what is
+    finished can be saved; a second one aborts at once (KeyboardInterrupt).
+
+    Python drops (and prints) an exception raised inside a finalizer (`__del__`, run whenever objects are freed):
+    a signal landing there is only recorded, and `check()`, called between batches and models, raises it.
+    """
+
+    def __init__(self):
+        self.received = None
+        self.previous = {}
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc_info):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame):
+        if self.received:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+        while frame is not None and frame.f_code.co_name != "__del__":
+            frame = frame.f_back
+        if frame is None:  # not within a finalizer
+            raise Interrupted(self.received)
+
+    def check(self):
+        if self.received:
+            raise Interrupted(self.received)

@@ -13,11 +13,10 @@ import sys
 
 from transformers import TrainerCallback
 
-from rlhf.errors import NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
+from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
 from rlhf.run import checkpoint_recorder, is_main_process, last_checkpoint
 from rlhf.trl_compat import close_progress_bar
 
-INTERRUPTED_EXIT_CODE = 130
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
 WATCHED = ("loss", "grad_norm", "loss/policy_avg", "loss/value_avg")
 

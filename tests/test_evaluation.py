@@ -1,8 +1,14 @@
 import json
+import os
+import signal
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import error_line, run_script
+from conftest import assert_ok, error_line, run_script, start_script, wait_for
+from rlhf import tiny
+from rlhf.errors import UserError
 from rlhf.evaluation import bootstrap_interval, compare, pearson, prompt_win_scores, rank_labels, summarize
 
 
@@ -89,14 +95,45 @@ def test_accuracy_gain_interval_is_paired_over_prompts():
     assert (same["accuracy_delta"], same["accuracy_delta_ci_low"], same["accuracy_delta_ci_high"]) == (0, 0, 0)
 
 
-def test_draw_prompts_is_seeded_and_numbers_rows_after_the_training_ones():
+def test_draw_prompts_is_seeded_and_keeps_each_rows_number():
     from rlhf.evaluation import draw_prompts
 
     rows = [{"prompt": i} for i in range(50)]
-    picked, numbers = draw_prompts(rows, train_samples=100, num_prompts=5, seed=3)
-    assert (picked, numbers) == draw_prompts(rows, 100, 5, 3)
-    assert [row["prompt"] + 100 for row in picked] == numbers and numbers == sorted(numbers)
-    assert len(draw_prompts(rows, 100, 500, 3)[0]) == 50  # more asked than there are: all of them
+    numbers = [100 + 2 * i for i in range(50)]  # the rows between were dropped as over-long
+    picked, picked_numbers = draw_prompts(rows, numbers, num_prompts=5, seed=3)
+    assert (picked, picked_numbers) == draw_prompts(rows, numbers, 5, 3)
+    assert [100 + 2 * row["prompt"] for row in picked] == picked_numbers == sorted(picked_numbers)
+    assert len(draw_prompts(rows, numbers, 500, 3)[0]) == 50  # more asked than there are: all of them
+
+
+def test_scoring_record_names_every_reward_and_the_verifier_settings():
+    from config import RewardArguments
+    from rlhf.evaluation import scoring_record
+
+    rewards = RewardArguments(reward_funcs=["reward_model", "boxed_answer", "my_rewards.brevity"],
+                              reward_model_path="./rm", boxed_wrong_reward=-2.0)
+    record = scoring_record(rewards, [1.0, 2.0, 0.5], "bfloat16")
+    assert record["reward_funcs"] == ["reward_model", "boxed_answer", "my_rewards.brevity"]
+    assert record["reward_weights"] == [1.0, 2.0, 0.5]
+    assert record["reward_model"] == {"path": "./rm", "dtype": "bfloat16", "reward_model_dtype": "auto"}
+    assert record["boxed_answer"]["wrong"] == record["boxed_answer"]["timeout"] == -2.0
+    assert {"correct", "missing", "time_limit_s", "max_answer_chars"} <= set(record["boxed_answer"])
+    assert set(scoring_record(RewardArguments(reward_funcs=["boxed_format"]), [1.0], "float32")) == {
+        "reward_funcs", "reward_weights"}  # no reward model, no verifier: neither is recorded
+
+
+def test_report_that_cannot_be_written_is_saved_elsewhere_and_said(tmp_path):
+    from rlhf.evaluation import save_report
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(UserError, match="saved to") as error:
+        save_report(blocker / "eval.json", {"models": [1, 2]})
+    fallback = Path(str(error.value).rsplit("saved to ", 1)[1].split()[0])
+    assert json.loads(fallback.read_text()) == {"models": [1, 2]}
+    fallback.unlink()
+    save_report(tmp_path / "new" / "eval.json", {"models": []})  # missing folders are made
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["eval.json"]  # written in place: no temporary left
 
 
 def eval_args(tiny_models, output, *models, extra=()):
@@ -150,4 +187,99 @@ def test_user_errors_end_in_one_line(tiny_models, tmp_path, run_cli, change, mes
     args = eval_args(tiny_models, tmp_path / "e.json", tiny_models["policy"])
     args[args.index(change[0]) + 1] = change[1]
     assert message in error_line(run_cli("evaluate_generations.py", *args))
+    assert not (tmp_path / "e.json").exists()
+
+
+def test_unwritable_output_file_is_refused_before_any_model_loads(tiny_models, tmp_path, run_cli):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for output, message in [(blocker / "eval.json", f"{blocker} is a file"), (tmp_path, "is a folder")]:
+        result = run_cli("evaluate_generations.py", *eval_args(tiny_models, output, tiny_models["policy"]))
+        assert f"--output_file {output}" in error_line(result) and message in error_line(result)
+        assert "Evaluating" not in result.stdout  # refused before the prompts were even drawn
+
+
+def test_a_later_model_that_cannot_load_fails_before_any_generation(tiny_models, tmp_path, run_cli):
+    args = eval_args(tiny_models, tmp_path / "e.json", tiny_models["policy"], "no_such_model_anywhere")
+    assert "no_such_model_anywhere" in error_line(run_cli("evaluate_generations.py", *args))
+    assert not (tmp_path / "e.json").exists()
+
+
+def test_prompt_rows_name_the_rows_evaluated_when_prompts_are_dropped(tiny_models, tmp_path):
+    rows = tiny.orca_rows(30)
+    for i in range(21, 30, 2):  # held-out rows 21, 23, ... become longer than --max_prompt_length
+        rows[i]["question"] += " padding" * 600
+    out = tmp_path / "eval.json"
+    args = eval_args(tiny_models, out, tiny_models["policy"], extra=("--max_prompt_length", "400"))
+    args[args.index("--dataset_name") + 1] = tiny.write_jsonl(tmp_path / "prompts.jsonl", rows)
+    args[args.index("--num_prompts") + 1] = "8"  # more than the 5 held-out prompts left
+    result = run_script("evaluate_generations.py", *args)
+    assert_ok(result)
+    report = json.loads(out.read_text())
+    config = report["config"]
+    assert config["prompt_rows"] == [20, 22, 24, 26, 28]
+    for row, prompt in zip(config["prompt_rows"], report["models"][0]["prompts"], strict=True):
+        assert prompt["prompt"][-1]["content"].startswith(f"Question {row}:")
+    # Fewer prompts than asked: all of them are evaluated, and the report and the terminal say how many.
+    assert (config["num_prompts"], config["num_prompts_requested"]) == (5, 8)
+    assert "Evaluating all 5 held-out prompts, not --num_prompts 8" in result.stdout
+    assert "5 dropped as longer than --max_prompt_length 400" in result.stdout
+    assert f"Wrote {out}: 5 prompts x 3 completions per model." in result.stdout
+    # What scored them is recorded beside the models and the sampling settings.
+    assert config["scoring"] == {"reward_funcs": ["reward_model"], "reward_weights": [1.0], "reward_model": {
+        "path": str(tiny_models["reward_model"]), "dtype": "float32", "reward_model_dtype": "auto"}}
+    assert report["complete"] is True
+
+
+def test_a_signal_that_lands_in_a_finalizer_is_kept_for_the_next_check(monkeypatch):
+    from rlhf.evaluation import Interrupted, StopOnSignal
+
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)  # where Python reports what a finalizer raised
+
+    class Freed:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(10_000))  # the handler runs here, inside the finalizer
+
+    with StopOnSignal() as stop:
+        Freed()
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            stop.check()
+    assert not dropped
+
+
+def test_ctrl_c_saves_the_finished_models_marked_partial(tiny_models, tmp_path):
+    out = tmp_path / "eval.json"
+    policy = tiny_models["policy"]
+    args = eval_args(tiny_models, out, policy, policy, policy)
+    args[args.index("--max_new_tokens") + 1] = "200"  # long enough for the signal to land within a model
+    process = start_script("evaluate_generations.py", *args)
+    wait_for(out, process)  # written once the first model is finished
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and report["interrupted_by"] == "SIGINT"
+    assert 1 <= len(report["models"]) < 3 and len(report["comparison"]) == len(report["models"]) - 1
+    assert report["config"]["prompt_rows"] and report["config"]["scoring"]["reward_funcs"] == ["reward_model"]
+    (line,) = [line for line in stdout.splitlines() if "SIGINT" in line]
+    assert f"partial results ({len(report['models'])} of 3 models) saved to {out}" in line
+
+
+def test_a_reward_model_that_scores_nan_ends_in_one_line(tiny_models, tmp_path, run_cli):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    broken = tiny.build_reward_model(tmp_path / "nan_reward", tiny.build_tokenizer())
+    weights = load_file(broken / "model.safetensors")
+    weights["score.weight"] = torch.full_like(weights["score.weight"], float("nan"))
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    args = eval_args(tiny_models, tmp_path / "e.json", tiny_models["policy"])
+    args[args.index("--reward_model_path") + 1] = broken
+    result = run_cli("evaluate_generations.py", *args)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert f"reward model {broken}" in error and "non-finite" in error
     assert not (tmp_path / "e.json").exists()
