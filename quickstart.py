@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from rlhf.cli import exit_on_user_error
+from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parent
 PREFERENCES = ROOT / "data" / "preferences.jsonl"
@@ -60,7 +61,6 @@ SETTINGS[("math", "gpu")] = SETTINGS[("math", "cpu")]
 # Each training stage keeps only its newest checkpoint (enough to resume it): 1.6 GB for GRPO and 3.2 GB for PPO with
 # SmolLM2, most of it optimizer state. Once the stage has finished, its checkpoint is deleted.
 ONE_CHECKPOINT = ["--save_total_limit", 1]
-INTERRUPTED_EXIT_CODE = 130  # rlhf.guard's (importing that module loads transformers)
 TINY = {
     "reward": ["--max_steps", "4", "--per_device_train_batch_size", "4", "--eval_samples", "20", "--logging_steps", "1"],
     "grpo": ["--max_steps", "4", "--num_generations", "2", "--prompts_per_step", "2", "--per_device_train_batch_size",
@@ -73,7 +73,6 @@ TINY = {
 
 def run_stage(name, command, timings, folder=None):
     """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints."""
-    from rlhf.errors import USER_ERROR_EXIT_CODE
     from rlhf.run import read_manifest
 
     print(f"\n=== {name} ===\n$ {' '.join(str(part) for part in command)}", flush=True)
