@@ -26,7 +26,7 @@ from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
 from rlhf.evaluation import compare, draw_prompts, format_table, generate, score, summarize
-from rlhf.models import check_model_source, load_causal_lm, load_tokenizer, reward_model_dtype
+from rlhf.models import check_model_source, check_policy, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
 from rlhf.run import versions
@@ -37,6 +37,8 @@ def main(args, rewards):
         raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
     for path in args.model_path:
         check_model_source(path, "model", "--model_path")
+        check_policy(path, "--model_path", {"--max_prompt_length": args.max_prompt_length,
+                                            "--max_new_tokens": args.max_new_tokens}, args.trust_remote_code)
     if "reward_model" in rewards.reward_funcs:
         check_model_source(rewards.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(args.reward_weights, rewards.reward_funcs)
