@@ -57,7 +57,7 @@ def _check_adapter_base(adapter, base):
             return
         except UserError:
             pass
-    where = "" if path.is_absolute() else f" beside the adapter, from the current folder {Path.cwd()} or on the Hub"
+    where = "" if path.is_absolute() else f" from the adapter's folder up, from {Path.cwd()} or on the Hub"
     raise UserError(
         f"the adapter {adapter} records its base model as '{base}' (base_model_name_or_path in "
         f"{Path(adapter) / 'adapter_config.json'}), which is not found{where}; run from the folder it was trained "
@@ -124,13 +124,18 @@ def adapter_config(path):
 def adapter_base(path):
     """The base model of a LoRA adapter folder, or None if `path` is not one.
 
-    A relative local base (PEFT records the path it was given) is found beside the adapter when it is there, so an
-    adapter works from any folder; otherwise it is left as recorded, and `check_model_source` names it.
+    PEFT records the base path training was given, often relative to the folder training ran in, which is usually
+    above the adapter (`./run` or `./run/checkpoint-10` from `tiny/policy`). A relative base is looked for from the
+    adapter's folder up, so the adapter works from any folder; not found, it is left as recorded (then
+    `check_model_source` names it).
     """
     config = adapter_config(path)
     base = None if config is None else config.get("base_model_name_or_path")
-    if base and not Path(base).expanduser().is_absolute() and (Path(path) / base).is_dir():
-        return str((Path(path) / base).resolve())
+    if base and not Path(base).expanduser().is_absolute():
+        folder = Path(path).resolve()
+        for start in (folder, *folder.parents):
+            if (start / base).is_dir():
+                return str(start / base)
     return base
 
 

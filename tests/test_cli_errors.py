@@ -218,14 +218,16 @@ def _adapter(tiny_models, folder, base):
     return folder
 
 
-def test_an_adapter_with_a_relative_base_beside_it_loads_from_any_folder(tiny_models, tmp_path, monkeypatch):
+@pytest.mark.parametrize("adapter, base", [("models/adapter", "../policy"),
+                                           ("runs/grpo/checkpoint-2", "models/policy")])  # trained from work/
+def test_an_adapter_with_a_relative_base_loads_from_any_folder(tiny_models, tmp_path, monkeypatch, adapter, base):
     import shutil
 
     from rlhf.models import check_model_source, load_causal_lm
 
-    shutil.copytree(tiny_models["policy"], tmp_path / "models" / "policy")
-    adapter = _adapter(tiny_models, tmp_path / "models" / "adapter", "../policy")
-    monkeypatch.chdir(tmp_path)  # where ../policy does not exist
+    shutil.copytree(tiny_models["policy"], tmp_path / "work" / "models" / "policy")
+    adapter = _adapter(tiny_models, tmp_path / "work" / adapter, base)
+    monkeypatch.chdir(tmp_path)  # where the base's relative path leads nowhere
     check_model_source(str(adapter), "model", "--model_name_or_path")
     model, tokenizer = load_causal_lm(str(adapter))
     assert tokenizer.chat_template and not any("lora" in name for name, _ in model.named_parameters())
