@@ -8,6 +8,7 @@ Every field of TRL's `GRPOConfig` (and of `transformers.TrainingArguments`) is a
 
 from dataclasses import dataclass, field
 
+from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf.run import launched_processes
 
 
@@ -34,8 +35,8 @@ class ModelArguments:
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling factor alpha (the update is scaled by alpha/r)."})
     lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
     lora_target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        metadata={"help": "Modules that get LoRA adapters (default: the attention projections)."},
+        default_factory=lambda: list(DEFAULT_LORA_TARGETS),
+        metadata={"help": "Modules that get LoRA adapters (default: the attention projections), or all-linear."},
     )
     allow_half_precision_weights: bool = field(
         default=False,
@@ -54,6 +55,11 @@ class ModelArguments:
 
     def __post_init__(self):
         at_least(self, 1, "lora_r")
+        # A YAML scalar (`lora_target_modules: q_proj` or `all-linear`) arrives as a string; commas separate names too.
+        names = [self.lora_target_modules] if isinstance(self.lora_target_modules, str) else self.lora_target_modules
+        self.lora_target_modules = [part for name in names for part in str(name).replace(",", " ").split()]
+        if not self.lora_target_modules:
+            raise ValueError("--lora_target_modules needs a module name (e.g. q_proj v_proj) or all-linear.")
         if self.lora_alpha <= 0:
             raise ValueError(f"--lora_alpha must be > 0, got {self.lora_alpha}.")
         if not 0 <= self.lora_dropout < 1:

@@ -29,7 +29,7 @@ from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
 from rlhf.evaluation import (Interrupted, ReportNotWritten, StopOnSignal, check_writable, compare, draw_prompts,
                              format_table, generate, held_out_prompts, save_report, score, scoring_record, summarize)
-from rlhf.models import check_model_source, load_causal_lm, load_tokenizer, reward_model_dtype
+from rlhf.models import check_model_source, check_policy, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
 from rlhf.run import LIBRARIES, versions
@@ -40,6 +40,8 @@ def main(args, rewards):
         raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
     for path in args.model_path:
         check_model_source(path, "model", "--model_path")
+        check_policy(path, "--model_path", {"--max_prompt_length": args.max_prompt_length,
+                                            "--max_new_tokens": args.max_new_tokens}, args.trust_remote_code)
     if "reward_model" in rewards.reward_funcs:
         check_model_source(rewards.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(args.reward_weights, rewards.reward_funcs)

@@ -19,8 +19,8 @@ import logging
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows
-from rlhf.models import (check_4bit, check_model_source, check_precision, load_kwargs, load_tokenizer, lora_config,
-                         on_gpu, reward_model_dtype, trainable_model_path)
+from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
+                         load_kwargs, load_tokenizer, lora_config, on_gpu, reward_model_dtype, trainable_model_path)
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
@@ -31,6 +31,11 @@ def main(model_args, data_args, reward_args, training_args):
     configs = (model_args, data_args, reward_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
+    lengths = {"--max_prompt_length": data_args.max_prompt_length,
+               "--max_completion_length": training_args.max_completion_length}
+    policy = check_policy(model_args.model_name_or_path, "--model_name_or_path", lengths,
+                          training_args.trust_remote_code)
+    check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
     if "reward_model" in reward_args.reward_funcs:
         check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)

@@ -21,8 +21,9 @@ from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, load_rows, tokenize_prompts
 from rlhf.guard import guarded_train
-from rlhf.models import check_4bit, check_model_source, check_precision, load_tokenizer, lora_config
-from rlhf.reward import REWARD_HINT, ensure_distinct_pad
+from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
+                         load_tokenizer, lora_config)
+from rlhf.reward import check_reward_model, ensure_distinct_pad
 from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
 
@@ -35,7 +36,11 @@ def main(model_args, data_args, training_args):
     policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_path
     value_path = training_args.value_model_path or reward_path
     check_model_source(policy_path, "model", "--model_name_or_path")
-    check_model_source(reward_path, "reward model", "--reward_model_path", REWARD_HINT)
+    lengths = {"--max_prompt_length": data_args.max_prompt_length,
+               "--max_completion_length": training_args.max_completion_length}
+    policy = check_policy(policy_path, "--model_name_or_path", lengths, training_args.trust_remote_code)
+    check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
+    check_reward_model(reward_path, training_args.trust_remote_code)
     check_model_source(value_path, "value model", "--value_model_path")
     check_4bit(model_args.load_in_4bit)
     check_precision(model_args, training_args)

@@ -20,8 +20,8 @@ from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
 from rlhf.guard import guarded_train
-from rlhf.models import (check_4bit, check_model_source, check_precision, load_kwargs, load_tokenizer, lora_config,
-                         trainable_model_path)
+from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_precision, load_kwargs,
+                         load_tokenizer, lora_config, model_config, trainable_model_path)
 from rlhf.reward import ensure_distinct_pad, held_out_accuracy, held_out_size, save_reward_model, tokenize_pairs
 from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
@@ -31,6 +31,8 @@ ACCURACY_FILE = "reward_accuracy.json"
 def main(model_args, data_args, training_args):
     configs = (model_args, data_args, training_args)
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
+    check_lora_targets(model_args, model_config(model_args.model_name_or_path, training_args.trust_remote_code),
+                       "SEQ_CLS", training_args.trust_remote_code)
     check_4bit(model_args.load_in_4bit)
     check_precision(model_args, training_args)
     training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,

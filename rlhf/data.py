@@ -9,6 +9,7 @@ Every schema becomes a `prompt` column holding a conversation (system when non-e
 model's chat template applies.
 """
 
+import difflib
 import logging
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 SCHEMAS = ("orca", "orca_messages", "prompt", "question")
+PROMPT_COLUMNS = {"orca": "question", "orca_messages": "prompt", "prompt": "prompt", "question": "question"}
 
 
 def load_rows(dataset_name, split="train", max_samples=None):
@@ -56,7 +58,8 @@ def load_rows(dataset_name, split="train", max_samples=None):
         with _read_errors(dataset_name):
             dataset = _pick_split(datasets.load_dataset(str(path)), split, dataset_name)
     elif looks_like_local_path(dataset_name):
-        raise UserError(f"dataset {dataset_name} does not exist; give an existing file or folder, or a Hub name")
+        raise UserError(f"dataset {dataset_name} does not exist{did_you_mean_path(dataset_name)}; give an existing "
+                        "file or folder, or a Hub name")
     else:
         try:
             dataset = _pick_split(datasets.load_dataset(dataset_name), split, dataset_name)
@@ -102,8 +105,19 @@ def _pick_split(dataset_dict, split, dataset_name):
 
 
 def looks_like_local_path(name):
-    """True for names that can only be local paths (Hub ids are `name` or `owner/name`)."""
-    return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name or Path(name).suffix != ""
+    """True for names that can only be local paths (Hub ids are `name` or `owner/name`), and for `folder/name` where
+    `folder` exists here: a typo of a local path (`tiny/polcy`) rather than a Hub id."""
+    return (name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name or Path(name).suffix != ""
+            or ("/" in name and Path(name.split("/")[0]).is_dir()))
+
+
+def did_you_mean_path(name):
+    """` (did you mean tiny/policy?)` for a path that does not exist beside one with a close name, else ''."""
+    path = Path(name).expanduser()
+    if not path.parent.is_dir():
+        return ""
+    close = difflib.get_close_matches(path.name, sorted(entry.name for entry in path.parent.iterdir()), n=1)
+    return f" (did you mean {path.parent / close[0]}?)" if close else ""
 
 
 def detect_schema(columns):
@@ -121,6 +135,16 @@ def detect_schema(columns):
         f"dataset columns {sorted(columns)} match no known schema; expected `system`+`question` (Intel ORCA), "
         "`prompt`+`chosen`+`rejected` (H4 ORCA), `prompt` (TRL prompt-only) or `question` (+ `ground_truth`)"
     )
+
+
+def check_filled(dataset, columns):
+    """Refuse a missing value (an empty CSV cell, a JSON null) in a column the prompts or pairs are built from: one
+    line naming the row, not a chat-template error from deep inside a map."""
+    for column in columns:
+        for number, value in enumerate(dataset[column], start=1):
+            if value is None:
+                raise UserError(f"row {number} of the dataset has no `{column}` (an empty cell or null); fill it in "
+                                "or delete the row")
 
 
 def to_conversation(row, schema):
@@ -169,6 +193,7 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
     functions receive them, e.g. `ground_truth`).
     """
     schema = detect_schema(dataset.column_names)
+    check_filled(dataset, [PROMPT_COLUMNS[schema]])
 
     def format_row(row):
         messages = to_conversation(row, schema)
@@ -211,11 +236,13 @@ def _answer(value):
 def build_preference_dataset(dataset):
     """Map rows to `chosen`/`rejected` conversations, the format TRL's RewardTrainer tokenizes with a chat template."""
     schema = detect_schema(dataset.column_names)
-    if schema == "prompt":
+    if schema not in ("orca", "orca_messages"):
         raise UserError(
-            f"dataset columns {sorted(dataset.column_names)} hold prompts only; preference training needs "
-            "`chosen` and `rejected` answers (Intel or H4 ORCA schema)"
+            f"dataset columns {sorted(dataset.column_names)} hold prompts only, no chosen/rejected pairs; the reward "
+            "model trains on pairs: give a dataset with `chosen` and `rejected` answers beside `question` (Intel "
+            "ORCA) or `prompt` (H4 ORCA), e.g. data/preferences.jsonl"
         )
+    check_filled(dataset, [PROMPT_COLUMNS[schema], "chosen", "rejected"])
     pairs = dataset.map(
         lambda row: to_preference_pair(row, schema), remove_columns=dataset.column_names, desc="Formatting pairs"
     )

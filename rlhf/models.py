@@ -7,9 +7,10 @@ folders go through `from_pretrained` alike.
 from pathlib import Path
 
 from rlhf.errors import UserError, first_line
-from rlhf.data import looks_like_local_path
+from rlhf.data import did_you_mean_path, looks_like_local_path
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # the attention projections of Llama-like models
 
 
 START_MODEL_DIR = "start_model"
@@ -33,13 +34,59 @@ def check_model_source(name_or_path, what, flag, hint=""):
     if path.is_dir():
         base = adapter_base(path)
         if base is not None:
+            _check_adapter_base(name_or_path, base)
             check_model_source(base, f"base model of the adapter {name_or_path}",
                                f"base_model_name_or_path in {path / 'adapter_config.json'}")
         elif not (path / "config.json").is_file():
             raise UserError(f"{what} folder {name_or_path} has no config.json (nor adapter_config.json); point "
                             f"{flag} at a saved model{hint}")
     elif looks_like_local_path(name_or_path):
-        raise UserError(f"{what} {name_or_path} does not exist; check {flag}{hint}")
+        raise UserError(f"{what} {name_or_path} does not exist{did_you_mean_path(name_or_path)}; check {flag}{hint}")
+
+
+def _check_adapter_base(adapter, base):
+    """The base an adapter records must be found: PEFT records the path training was given, often a relative one."""
+    from rlhf.bundled import is_bundled
+
+    path = Path(base).expanduser()
+    if path.exists() or is_bundled(base):
+        return
+    if not looks_like_local_path(base):  # a Hub id, or a relative path that is not here
+        try:
+            model_config(base)
+            return
+        except UserError:
+            pass
+    where = "" if path.is_absolute() else f" from the adapter's folder up, from {Path.cwd()} or on the Hub"
+    raise UserError(
+        f"the adapter {adapter} records its base model as '{base}' (base_model_name_or_path in "
+        f"{Path(adapter) / 'adapter_config.json'}), which is not found{where}; run from the folder it was trained "
+        "in, or write the base model's absolute path or Hub id there"
+    )
+
+
+def model_config(name_or_path, trust_remote_code=False, what="model"):
+    """The config of a model, or of an adapter's base: config.json alone, no weights.
+
+    None where a local one cannot be read before loading (the bundled model before its conversion): loading then
+    says why. A Hub id that cannot be reached is a `UserError` now, rather than after loading waits for it again.
+    """
+    from rlhf.bundled import is_bundled
+
+    base = adapter_base(name_or_path) if Path(name_or_path).is_dir() else None
+    if base is not None:
+        return model_config(base, trust_remote_code, what)
+    if is_bundled(name_or_path) and not (Path(name_or_path) / "config.json").is_file():
+        return None
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        if Path(name_or_path).expanduser().exists() or not isinstance(error, OSError):
+            return None
+        raise UserError(f"cannot load {what} {name_or_path} ({first_line(error)}); offline, run `python "
+                        "quickstart.py` or pass a local folder, e.g. bundled/SmolLM2-135M-Instruct") from None
 
 
 def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
@@ -75,9 +122,21 @@ def adapter_config(path):
 
 
 def adapter_base(path):
-    """The base model of a LoRA adapter folder, or None if `path` is not one."""
+    """The base model of a LoRA adapter folder, or None if `path` is not one.
+
+    PEFT records the base path training was given, often relative to the folder training ran in, which is usually
+    above the adapter (`./run` or `./run/checkpoint-10` from `tiny/policy`). A relative base is looked for from the
+    adapter's folder up, so the adapter works from any folder; not found, it is left as recorded (then
+    `check_model_source` names it).
+    """
     config = adapter_config(path)
-    return None if config is None else config.get("base_model_name_or_path")
+    base = None if config is None else config.get("base_model_name_or_path")
+    if base and not Path(base).expanduser().is_absolute():
+        folder = Path(path).resolve()
+        for start in (folder, *folder.parents):
+            if (start / base).is_dir():
+                return str(start / base)
+    return base
 
 
 def loadable(name_or_path):
@@ -103,9 +162,7 @@ def load_causal_lm(path, dtype="float32", trust_remote_code=False):
     if adapter_base(path) is None:
         model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(dtype, trust_remote_code))
     else:
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(path, **load_kwargs(dtype, trust_remote_code)).merge_and_unload()
+        model = _merged_adapter(path, AutoModelForCausalLM, load_kwargs(dtype, trust_remote_code))
     return model, load_tokenizer(path, trust_remote_code)
 
 
@@ -123,9 +180,22 @@ def load_sequence_classifier(path, dtype="float32", trust_remote_code=False):
             f"{path} is a LoRA adapter of a {config.get('task_type')} model, not of a sequence classifier "
             "(task_type SEQ_CLS); train a reward model with `python train_reward_model.py`"
         )
-    from peft import AutoPeftModelForSequenceClassification
+    return _merged_adapter(path, AutoModelForSequenceClassification, {"num_labels": 1, **kwargs})
 
-    return AutoPeftModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs).merge_and_unload()
+
+def _merged_adapter(path, auto_class, kwargs):
+    """A LoRA adapter folder loaded onto its base and merged (what PEFT's AutoPeftModel* do), with the base found by
+    `adapter_base`: a relative base then loads from any folder."""
+    from peft import PeftModel
+
+    base = auto_class.from_pretrained(loadable(adapter_base(path)), **kwargs)
+    if (Path(path) / "tokenizer_config.json").is_file():  # tokens added while training the adapter: as PEFT does
+        from transformers import AutoTokenizer
+
+        size = len(AutoTokenizer.from_pretrained(path, trust_remote_code=kwargs.get("trust_remote_code", False)))
+        if size > base.get_input_embeddings().weight.shape[0]:
+            base.resize_token_embeddings(size)
+    return PeftModel.from_pretrained(base, path).merge_and_unload()
 
 
 def trainable_model_path(name_or_path, output_dir, trust_remote_code=False):
@@ -151,6 +221,66 @@ def trainable_model_path(name_or_path, output_dir, trust_remote_code=False):
     return target
 
 
+def check_policy(name_or_path, flag, lengths, trust_remote_code=False):
+    """Refuse, from config.json alone, a policy that is not a causal LM (a reward model given by mistake would train
+    silently as one) or whose context cannot hold the longest prompt plus completion: `lengths` is {flag: tokens}.
+
+    Returns the model's config, or None where it cannot be read before loading.
+    """
+    adapter = adapter_config(name_or_path) if Path(name_or_path).is_dir() else None
+    config = model_config(name_or_path, trust_remote_code)
+    architectures = (config.architectures or []) if config is not None else []
+    if (adapter or {}).get("task_type") == "SEQ_CLS" or (
+            adapter is None and architectures and all(a.endswith("ForSequenceClassification") for a in architectures)):
+        raise UserError(
+            f"{flag} {name_or_path} is a sequence classifier (a reward model), not a causal LM that writes text; pass "
+            "the policy (an instruction-tuned causal LM) there, and the reward model as --reward_model_path"
+        )
+    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    total = sum(lengths.values())
+    if isinstance(context, int) and total > context:
+        asked = " + ".join(f"{name} {tokens}" for name, tokens in lengths.items())
+        raise UserError(
+            f"{asked} = {total} tokens, more than the {context} positions of {name_or_path} (max_position_embeddings "
+            f"in its config.json); lower {' or '.join(lengths)} to at most {context} in all"
+        )
+    return config
+
+
+def check_lora_targets(model_args, config, task_type="CAUSAL_LM", trust_remote_code=False):
+    """Refuse a --lora_target_modules name that matches no module of the model, listing its linear layers.
+
+    PEFT fails only when no name matches (deep inside trainer setup), and skips a typo beside good names. The
+    module names come from an empty copy of the model built from its `config` (no weights). The default list is
+    refused only when none of it matches (another architecture may name, say, its output projection otherwise).
+    """
+    targets = lora_targets(model_args.lora_target_modules)
+    if not model_args.use_lora or config is None or targets == "all-linear":
+        return
+    import torch
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    auto = AutoModelForSequenceClassification if task_type == "SEQ_CLS" else AutoModelForCausalLM
+    with init_empty_weights():
+        model = auto.from_config(config, trust_remote_code=trust_remote_code)
+    names = [name for name, _ in model.named_modules()]
+    missing = [t for t in targets if not any(name == t or name.endswith("." + t) for name in names)]
+    if missing and (targets != DEFAULT_LORA_TARGETS or len(missing) == len(targets)):
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if isinstance(module, torch.nn.Linear)})
+        raise UserError(
+            f"--lora_target_modules {' '.join(missing)} matches no module of the model; its linear layers are "
+            f"{' '.join(linear)} (or pass all-linear)"
+        )
+
+
+def lora_targets(names):
+    """--lora_target_modules as PEFT takes it: a list of module names, or the string 'all-linear' (PEFT reads a
+    one-element list ['all-linear'] as a module called so)."""
+    return "all-linear" if [name.lower() for name in names] == ["all-linear"] else list(names)
+
+
 def lora_config(model_args, task_type="CAUSAL_LM"):
     """A PEFT `LoraConfig` from the LoRA flags, or None when LoRA is off.
 
@@ -164,7 +294,7 @@ def lora_config(model_args, task_type="CAUSAL_LM"):
         r=model_args.lora_r,
         lora_alpha=model_args.lora_alpha,
         lora_dropout=model_args.lora_dropout,
-        target_modules=model_args.lora_target_modules,
+        target_modules=lora_targets(model_args.lora_target_modules),
         bias="none",
         task_type=task_type,
     )

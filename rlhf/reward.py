@@ -11,7 +11,8 @@ from pathlib import Path
 
 from rlhf.errors import NonFiniteError, UserError, first_line
 from rlhf.run import is_main_process
-from rlhf.models import adapter_base, check_model_source, load_sequence_classifier, loadable, tokenizer_source
+from rlhf.models import (adapter_base, check_model_source, load_sequence_classifier, loadable, model_config,
+                         tokenizer_source)
 
 REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
 PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
@@ -49,6 +50,26 @@ def tokenize_pairs(pairs, tokenizer):
     )
 
 
+def check_reward_model(path, trust_remote_code=False):
+    """Refuse, from its config alone (no weights), a reward model that is not a one-output sequence classifier: a
+    causal LM would load with a new random score head. Returns `path`."""
+    check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
+    if adapter_base(path) is None:
+        _check_classifier(path, model_config(path, trust_remote_code, "reward model"))
+    return path
+
+
+def _check_classifier(path, config):
+    if config is None:  # not readable before loading (the bundled model before its conversion)
+        return
+    architectures = config.architectures or []
+    if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise UserError(
+            f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
+            f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
+        )
+
+
 def load_reward_model(path, dtype="float32", trust_remote_code=False):
     """Load a frozen sequence-classification reward model and its own tokenizer.
 
@@ -58,19 +79,12 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
-    path = loadable(path)
+    path = loadable(check_reward_model(path, trust_remote_code))
     if adapter_base(path) is None:
         try:
-            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+            _check_classifier(path, AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
         except OSError as error:
             raise UserError(f"cannot load reward model {path} ({first_line(error)}){REWARD_HINT}") from None
-        architectures = config.architectures or []
-        if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
-            raise UserError(
-                f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
-                f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
-            )
     tokenizer = ensure_distinct_pad(
         AutoTokenizer.from_pretrained(tokenizer_source(path), trust_remote_code=trust_remote_code)
     )

@@ -105,21 +105,43 @@ class CheckedRewardFunc:
         from rlhf.reward import check_finite
 
         try:
-            values = list(self.func(prompts=prompts, completions=completions, **kwargs))
+            returned = self.func(prompts=prompts, completions=completions, **kwargs)
         except Exception as error:  # a user's function: report it in one line, whatever it raised
             raise RewardFunctionError(f"reward function '{self.__name__}' raised {type(error).__name__}: {error}")
+        expected = f"it must return a list of {len(completions)} numbers, one per completion"
+        if isinstance(returned, (str, bytes, dict)) or not hasattr(returned, "__iter__"):
+            raise RewardFunctionError(f"reward function '{self.__name__}' returned {_shown(returned)}; {expected}")
+        values = list(returned)
         if len(values) != len(completions):
             raise RewardFunctionError(
                 f"reward function '{self.__name__}' returned {len(values)} values for {len(completions)} "
-                "completions; it must return one number per completion"
+                f"completions; {expected}"
             )
-        try:
-            values = [float(v) for v in values]
-        except (TypeError, ValueError):
-            raise RewardFunctionError(f"reward function '{self.__name__}' returned a value that is not a number")
+        for i, value in enumerate(values):
+            values[i] = _number(value)
+            if values[i] is None:
+                raise RewardFunctionError(
+                    f"reward function '{self.__name__}' returned {_shown(value)} for completion {i + 1}; {expected}"
+                )
         state = kwargs.get("trainer_state")
         check_finite(values, f"reward function '{self.__name__}'", state.global_step + 1 if state else "?")
         return values
+
+
+def _number(value):
+    """`value` as a float, or None when it is not a number (a string is not, even "1.0": it is a mistake)."""
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _shown(value):
+    """A returned value as a reward function's error names it: its repr, cut short, and its type."""
+    text = repr(value)
+    return f"{text[:60] + '...' if len(text) > 60 else text} (a {type(value).__name__})"
 
 
 def check_reward_weights(weights, names):

@@ -115,3 +115,146 @@ def test_a_lora_reward_model_adapter_loads_merged(tiny_models, tmp_path):
     conversation = [[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]]
     assert score_conversations(model, tokenizer, conversation) != score_conversations(plain, tokenizer, conversation)
     assert not any("lora" in name for name, _ in model.named_parameters())
+
+
+def eval_args(models, output_file, *extra):
+    return ["--model_path", models["policy"], "--reward_model_path", models["reward_model"], "--dataset_name",
+            models["prompts"], "--train_samples", "0", "--num_prompts", "2", "--max_new_tokens", "8", "--output_file",
+            output_file, *extra]
+
+
+@pytest.mark.parametrize("script, cell", [("train_grpo.py", "question"), ("train_ppo.py", "question"),
+                                          ("train_reward_model.py", "rejected")])
+def test_an_empty_cell_in_a_csv_dataset_names_its_row_and_column(tiny_models, tmp_path, run_cli, script, cell):
+    rows = ["system,question,chosen,rejected", ",What is 2+2?,Four.,Five.", "Be brief.,Say hi.,Hi.,Bye."]
+    rows.append("Be kind.,,Yes.,No." if cell == "question" else "Be kind.,Why?,Because.,")
+    (tmp_path / "data.csv").write_text("\n".join(rows) + "\n")  # an empty `system` (row 1) is fine: no system turn
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]
+    result = run_cli(script, *build(tiny_models, tmp_path / "out"), "--dataset_name", tmp_path / "data.csv")
+    assert f"row 3 of the dataset has no `{cell}` (an empty cell or null)" in error_line(result)
+    assert not (tmp_path / "out" / "run_manifest.json").exists()
+
+
+def test_the_reward_model_script_on_prompt_only_data_names_the_columns_it_needs(tiny_models, tmp_path, run_cli):
+    data = tiny.write_jsonl(tmp_path / "questions.jsonl", [{"system": "", "question": f"Q{i}?"} for i in range(8)])
+    result = run_cli("train_reward_model.py", *reward_args(tiny_models, tmp_path / "out"), "--dataset_name", data)
+    assert "dataset columns ['question', 'system'] hold prompts only, no chosen/rejected pairs" in error_line(result)
+    assert not (tmp_path / "out" / "run_manifest.json").exists()
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "train_reward_model.py"])
+def test_a_lora_target_module_the_model_lacks_is_one_line_listing_its_linear_layers(tiny_models, tmp_path, run_cli,
+                                                                                     script):
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]
+    result = run_cli(script, *build(tiny_models, tmp_path / "out"), "--use_lora",
+                     "--lora_target_modules", "q_proj", "v_prj")
+    line = error_line(result)
+    assert "--lora_target_modules v_prj matches no module of the model; its linear layers are" in line
+    assert "v_proj" in line and "down_proj" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_lora_target_module_given_as_a_yaml_scalar_trains(tiny_models, tmp_path):
+    """What PEFT did with the string 'q_proj': matched it as a regular expression against full names, found none."""
+    from conftest import assert_ok, run_script
+
+    config = tmp_path / "lora.yaml"
+    config.write_text("use_lora: true\nlora_target_modules: q_proj\n")
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--config", config,
+                        "--max_steps", "1")
+    assert_ok(result)
+    adapter = __import__("json").loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert adapter["target_modules"] == ["q_proj"]
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "evaluate_generations.py"])
+def test_a_reward_model_given_as_the_policy_is_refused(tiny_models, tmp_path, run_cli, script):
+    if script == "evaluate_generations.py":
+        args = eval_args(tiny_models, tmp_path / "out" / "eval.json", "--model_path", tiny_models["reward_model"])
+        flag = "--model_path"
+    else:
+        build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args}[script]
+        args = [*build(tiny_models, tmp_path / "out"), "--model_name_or_path", tiny_models["reward_model"]]
+        flag = "--model_name_or_path"
+    line = error_line(run_cli(script, *args))
+    assert f"{flag} {tiny_models['reward_model']} is a sequence classifier (a reward model), not a causal LM" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_causal_lm_given_as_the_ppo_reward_model_is_refused_before_the_run_starts(tiny_models, tmp_path, run_cli):
+    result = run_cli("train_ppo.py", *ppo_args(tiny_models, tmp_path / "out", reward_model=tiny_models["policy"]))
+    assert "must be a sequence classifier with num_labels=1 (it has architectures=['LlamaForCausalLM']" in \
+        error_line(result)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("train_grpo.py", ["--max_prompt_length", "20000"], "--max_prompt_length 20000 + --max_completion_length 8 = 2000"),
+    ("train_ppo.py", ["--max_completion_length", "1020"], "--max_prompt_length 512 + --max_completion_length 1020"),
+    ("evaluate_generations.py", ["--max_new_tokens", "600"], "--max_prompt_length 512 + --max_new_tokens 600 = 1112"),
+])
+def test_lengths_beyond_the_models_context_are_refused(tiny_models, tmp_path, run_cli, script, flags, message):
+    if script == "evaluate_generations.py":
+        args = eval_args(tiny_models, tmp_path / "out" / "eval.json", *flags)
+    else:
+        args = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args}[script](tiny_models, tmp_path / "out", *flags)
+    line = error_line(run_cli(script, *args))
+    assert message in line and "more than the 1024 positions of" in line
+    assert not (tmp_path / "out").exists()
+
+
+def _adapter(tiny_models, folder, base):
+    """A LoRA adapter of the tiny policy saved in `folder`, its adapter_config.json recording `base` as its base."""
+    import json
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_models["policy"]),
+                           LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    model.save_pretrained(folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": base}))
+    return folder
+
+
+@pytest.mark.parametrize("adapter, base", [("models/adapter", "../policy"),
+                                           ("runs/grpo/checkpoint-2", "models/policy")])  # trained from work/
+def test_an_adapter_with_a_relative_base_loads_from_any_folder(tiny_models, tmp_path, monkeypatch, adapter, base):
+    import shutil
+
+    from rlhf.models import check_model_source, load_causal_lm
+
+    shutil.copytree(tiny_models["policy"], tmp_path / "work" / "models" / "policy")
+    adapter = _adapter(tiny_models, tmp_path / "work" / adapter, base)
+    monkeypatch.chdir(tmp_path)  # where the base's relative path leads nowhere
+    check_model_source(str(adapter), "model", "--model_name_or_path")
+    model, tokenizer = load_causal_lm(str(adapter))
+    assert tokenizer.chat_template and not any("lora" in name for name, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize("base", ["../policy", "runs/policy"])
+def test_an_adapter_whose_relative_base_is_not_found_names_it(tiny_models, tmp_path, run_cli, monkeypatch, base):
+    adapter = _adapter(tiny_models, tmp_path / "adapter", base)
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--model_name_or_path", adapter)
+    line = error_line(result)
+    assert f"the adapter {adapter} records its base model as '{base}' (base_model_name_or_path in" in line
+    assert "run from the folder it was trained in, or write the base model's absolute path or Hub id there" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_typo_in_a_local_folder_says_it_does_not_exist_and_what_was_meant(tiny_models, tmp_path, run_cli,
+                                                                            monkeypatch):
+    root = tiny_models["policy"].parent
+    monkeypatch.chdir(root.parent)
+    typo = f"{root.name}/polcy"  # reads like a Hub id (owner/name), but `owner` is a folder here
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--model_name_or_path", typo)
+    assert f"model {typo} does not exist (did you mean {root.name}/policy?)" in error_line(result)
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--reward_model_path",
+                     f"{root.name}/reward_modle")
+    assert f"(did you mean {root.name}/reward_model?)" in error_line(result)
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--dataset_name",
+                     f"{root.name}/prompt")
+    assert f"dataset {root.name}/prompt does not exist (did you mean {root.name}/prompts.jsonl?)" in error_line(result)
+    assert not (tmp_path / "out").exists()

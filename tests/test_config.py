@@ -287,3 +287,16 @@ def test_generation_and_rollout_sizes_that_cannot_work_are_refused(monkeypatch):
         ppo_parse("--prompts_per_rollout", "6")
     with pytest.raises(UserError, match="--num_mini_batches 3 conflicts"):
         ppo_parse("--prompts_per_rollout", "16", "--num_mini_batches", "3")
+
+
+def test_lora_target_modules_as_a_yaml_scalar_is_a_list_and_all_linear_reaches_peft_as_peft_spells_it(tmp_path):
+    from rlhf.models import lora_config
+
+    config = tmp_path / "lora.yaml"
+    config.write_text("use_lora: true\nlora_target_modules: q_proj\n")
+    assert parse("--config", str(config))[0].lora_target_modules == ["q_proj"]
+    config.write_text("use_lora: true\nlora_target_modules: all-linear\n")
+    model = parse("--config", str(config))[0]
+    assert lora_config(model).target_modules == "all-linear"  # ['all-linear'] would be a module called so
+    assert lora_config(parse("--use_lora", "--lora_target_modules", "all-linear")[0]).target_modules == "all-linear"
+    assert parse("--lora_target_modules", "q_proj,v_proj")[0].lora_target_modules == ["q_proj", "v_proj"]

@@ -78,3 +78,26 @@ def test_unknown_names_and_bad_import_paths_are_user_errors():
         load_reward_funcs(["boxed"])
     with pytest.raises(UserError, match="cannot import reward function 'no_such_module.f'"):
         load_reward_funcs(["no_such_module.f"])
+
+
+@pytest.mark.parametrize("returned, shown", [
+    (["good", "bad"], "returned 'good' (a str) for completion 1"),
+    (["1.0", "0.0"], "returned '1.0' (a str) for completion 1"),  # a number in a string is a mistake too
+    ([1.0, None], "returned None (a NoneType) for completion 2"),
+    (0.5, "returned 0.5 (a float)"),
+    ("1.0", "returned '1.0' (a str)"),
+    ([1.0, 2.0, 3.0], "returned 3 values for 2 completions"),
+])
+def test_a_reward_function_returning_other_than_one_number_per_completion_is_one_line(returned, shown):
+    func = CheckedRewardFunc(lambda prompts, completions, **kwargs: returned, "my_rewards.score")
+    with pytest.raises(RewardFunctionError) as error:
+        func(prompts=["a", "b"], completions=["x", "y"])
+    assert f"reward function 'my_rewards.score' {shown}" in str(error.value)
+    assert str(error.value).endswith("it must return a list of 2 numbers, one per completion")
+
+
+def test_a_reward_function_may_return_bools_or_numpy_numbers():
+    import numpy
+
+    func = CheckedRewardFunc(lambda prompts, completions, **kwargs: numpy.array([True, False]), "flags")
+    assert func(prompts=["a", "b"], completions=["x", "y"]) == [1.0, 0.0]
