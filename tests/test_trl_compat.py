@@ -314,3 +314,13 @@ def test_optimizer_scheduler_and_random_state_come_back_from_a_checkpoint(hooks)
     hooks.restore_optimizer_scheduler_and_rng(hooks.checkpoints[0][0])
     assert torch.equal(torch.rand(4), expected), f"the random state did not come back: re-check {hook}"
     assert hooks.lr_scheduler.last_epoch == 0, f"the scheduler did not come back: re-check {hook}"
+
+
+def test_the_lora_reference_forward_reads_policy_off_the_model_which_ddp_hides():
+    _, PPOTrainer = trainer_classes()
+    assert_source(PPOTrainer.null_ref_context, "self.model.policy",
+                  assumption="PPOTrainer.null_ref_context reads self.model.policy (DDP hides it)",
+                  hook="PPOTrainerHooks._fix_lora_reference_under_ddp")
+    assert_source(PPOTrainer.train, "with self.null_ref_context():", "forward(model.policy,",
+                  assumption="PPOTrainer.train runs the LoRA reference forward on model.policy, model = self.model",
+                  hook="PPOTrainerHooks._fix_lora_reference_under_ddp")
