@@ -18,7 +18,7 @@ import logging
 
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, load_rows
+from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.models import (check_4bit, check_model_source, check_precision, load_kwargs, load_tokenizer, lora_config,
                          on_gpu, reward_model_dtype, trainable_model_path)
 from rlhf.guard import guarded_train
@@ -56,6 +56,11 @@ def main(model_args, data_args, reward_args, training_args):
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code)
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
     train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
+    per_generation = training_args.generation_batch_size // training_args.num_generations  # prompts
+    flag = "--prompts_per_generation" if training_args.prompts_per_step else "--generation_batch_size / num_generations"
+    note = check_prompts_fill_batches(len(train_dataset), per_generation, flag, "generation")
+    if note and is_main_process():
+        print(note, flush=True)
 
     ################
     # Rewards (user functions are imported before the reward model loads)

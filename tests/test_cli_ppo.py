@@ -132,3 +132,22 @@ def test_completion_length_is_logged_from_the_completions_as_generated(tiny_mode
     logged = scalars(out)
     assert [value for _, value in logged["train/completions/mean_length"]] == [1] * 4
     assert [value for _, value in logged["train/completions/clipped_ratio"]] == [0] * 4
+
+
+def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_loads(tiny_models, tmp_path):
+    # TRL 1.12 drew no rollout from 32 prompts in rollouts of 64 and waited for one for good.
+    out = tmp_path / "ppo"
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "64"), timeout=120)
+    line = error_line(result)
+    assert "32 prompts" in line and "64" in line and "lower --prompts_per_rollout" in line
+    assert not out.exists()
+
+
+def test_prompts_left_over_from_whole_rollouts_are_said_in_one_line(tiny_models, tmp_path):
+    out = tmp_path / "ppo"
+    # 32 prompts in rollouts of 6: TRL's dataloader keeps 5 whole rollouts (30 prompts) per pass.
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "6",
+                                                  "--total_episodes", "6"))
+    assert_ok(result)
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: 32 prompts")]
+    assert len(notes) == 1 and "2 prompts of each epoch go unused" in notes[0] and "--prompts_per_rollout" in notes[0]
