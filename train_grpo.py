@@ -34,9 +34,9 @@ def main(model_args, data_args, reward_args, training_args):
     if "reward_model" in reward_args.reward_funcs:
         check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
-    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     check_4bit(model_args.load_in_4bit)
-    check_precision(model_args, training_args)
+    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
+    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.

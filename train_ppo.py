@@ -38,7 +38,7 @@ def main(model_args, data_args, training_args):
     check_model_source(reward_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_model_source(value_path, "value model", "--value_model_path")
     check_4bit(model_args.load_in_4bit)
-    check_precision(model_args, training_args)
+    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path", training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)

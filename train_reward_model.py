@@ -32,7 +32,7 @@ def main(model_args, data_args, training_args):
     configs = (model_args, data_args, training_args)
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
     check_4bit(model_args.load_in_4bit)
-    check_precision(model_args, training_args)
+    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,
                                                   model_args.load_in_4bit)
     launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)

@@ -151,3 +151,19 @@ def test_prompts_left_over_from_whole_rollouts_are_said_in_one_line(tiny_models,
     assert_ok(result)
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: 32 prompts")]
     assert len(notes) == 1 and "2 prompts of each epoch go unused" in notes[0] and "--prompts_per_rollout" in notes[0]
+
+
+def test_dtype_auto_loads_the_value_model_in_the_policys_dtype_not_the_reward_models(tiny_models, tmp_path):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from test_config import save_in_bfloat16
+
+    # A float32 policy and a bfloat16 reward model: the value model (trained in full, from the reward model) once
+    # loaded in the reward model's own bfloat16 under --dtype auto, and trained bfloat16 weights.
+    reward_model = save_in_bfloat16(tiny_models["reward_model"], tmp_path / "bf16_reward_model")
+    out = tmp_path / "ppo"
+    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "2", "--dtype", "auto",
+                                                   reward_model=reward_model)))
+    value_model = AutoModelForSequenceClassification.from_pretrained(out / "value_model", dtype="auto")
+    assert value_model.dtype == torch.float32
