@@ -109,11 +109,14 @@ def load_causal_lm(path, dtype="float32", trust_remote_code=False):
     return model, load_tokenizer(path, trust_remote_code)
 
 
-def load_sequence_classifier(path, dtype="float32", trust_remote_code=False):
-    """A one-output sequence classifier (reward or value model); a LoRA adapter of one is merged into its base."""
+def load_sequence_classifier(path, dtype="float32", trust_remote_code=False, pad_token_id=None):
+    """A one-output sequence classifier (reward or value model); a LoRA adapter of one is merged into its base.
+
+    `pad_token_id`: the pad of the tokenizer it reads (see `load_kwargs`).
+    """
     from transformers import AutoModelForSequenceClassification
 
-    kwargs = load_kwargs(dtype, trust_remote_code)
+    kwargs = load_kwargs(dtype, trust_remote_code, pad_token_id=pad_token_id)
     path = loadable(path)
     config = adapter_config(path)
     if config is None:
@@ -170,13 +173,19 @@ def lora_config(model_args, task_type="CAUSAL_LM"):
     )
 
 
-def load_kwargs(dtype, trust_remote_code=False, load_in_4bit=False):
+def load_kwargs(dtype, trust_remote_code=False, load_in_4bit=False, pad_token_id=None):
     """Keyword arguments for every `from_pretrained` of weights: safetensors only, no remote code unless asked.
+
+    `pad_token_id`: the tokenizer's pad when it was made distinct from EOS (`rlhf.reward.ensure_distinct_pad`). The
+    model is built with it, not the checkpoint's (often EOS): the input embedding's `padding_idx`, the one row that
+    never gets a gradient, is fixed when the model is built, and the saved config then names the pad the tokenizer has.
 
     `load_in_4bit` (QLoRA) adds a bitsandbytes NF4 config: frozen 4-bit weights, bf16 compute, double quantization,
     as in the QLoRA paper. Call `check_4bit` first: it refuses a machine that cannot do it.
     """
     kwargs = {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
+    if pad_token_id is not None:
+        kwargs["pad_token_id"] = pad_token_id
     if load_in_4bit:
         import torch
         from transformers import BitsAndBytesConfig

@@ -167,3 +167,20 @@ def test_dtype_auto_loads_the_value_model_in_the_policys_dtype_not_the_reward_mo
                                                    reward_model=reward_model)))
     value_model = AutoModelForSequenceClassification.from_pretrained(out / "value_model", dtype="auto")
     assert value_model.dtype == torch.float32
+
+
+def test_ppo_models_are_built_with_the_tokenizers_distinct_pad_so_eos_trains(tiny_models, tmp_path):
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path / "ppo"
+    # The tiny models' configs pad with EOS, as SmolLM2's do; PPO pads with a distinct token (ensure_distinct_pad).
+    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--learning_rate",
+                                                   "1e-2")))
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    assert pad != eos and AutoConfig.from_pretrained(out).pad_token_id == pad  # the policy's saved config
+    before = AutoModelForSequenceClassification.from_pretrained(tiny_models["reward_model"]).get_input_embeddings()
+    value_model = AutoModelForSequenceClassification.from_pretrained(out / "value_model")
+    after = value_model.get_input_embeddings()
+    assert value_model.config.pad_token_id == after.padding_idx == pad
+    assert not after.weight[eos].equal(before.weight[eos]), "the value model's EOS row got no gradient"
