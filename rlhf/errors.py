@@ -5,6 +5,7 @@ Light on purpose (no third-party import), so that every module can raise them.
 
 USER_ERROR_EXIT_CODE = 2
 NON_FINITE_EXIT_CODE = 1
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C
 
 
 class UserError(Exception):
