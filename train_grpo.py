@@ -57,7 +57,8 @@ def main(model_args, data_args, reward_args, training_args):
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
     train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
     per_generation = training_args.generation_batch_size // training_args.num_generations  # prompts
-    flag = "--prompts_per_generation" if training_args.prompts_per_step else "--generation_batch_size / num_generations"
+    flag = ("--prompts_per_generation" if training_args.prompts_per_step
+            else "--generation_batch_size / num_generations")
     note = check_prompts_fill_batches(len(train_dataset), per_generation, flag, "generation")
     if note and is_main_process():
         print(note, flush=True)

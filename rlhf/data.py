@@ -234,8 +234,8 @@ def check_prompts_fill_batches(num_prompts, per_batch, flag, what):
     """
     if num_prompts < per_batch:
         raise UserError(
-            f"the data hold {num_prompts} prompts, fewer than the {per_batch} of one {what} ({flag} = {per_batch}), so "
-            f"no {what} can be drawn; lower {flag} to at most {num_prompts}, or give more prompts"
+            f"the data hold {num_prompts} prompts, fewer than the {per_batch} of one {what} ({flag} = {per_batch}), "
+            f"so no {what} can be drawn; lower {flag} to at most {num_prompts}, or give more prompts"
         )
     unused = num_prompts % per_batch
     if not unused:

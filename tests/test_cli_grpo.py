@@ -142,5 +142,6 @@ def test_prompts_left_over_from_whole_generations_are_said_in_one_line(tiny_mode
                                                     "--num_train_epochs", "1", "--save_steps", "100"))
     assert_ok(result)
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: 32 prompts")]
-    assert len(notes) == 1 and "8 prompts of each epoch go unused" in notes[0] and "--prompts_per_generation" in notes[0]
+    assert len(notes) == 1 and "8 prompts of each epoch go unused" in notes[0]
+    assert "--prompts_per_generation" in notes[0]
     assert json.loads((out / "run_manifest.json").read_text())["global_step"] == 12
