@@ -18,7 +18,7 @@ import logging
 
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, load_rows
+from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
                          load_kwargs, load_tokenizer, lora_config, on_gpu, reward_model_dtype, trainable_model_path)
 from rlhf.guard import guarded_train
@@ -39,9 +39,9 @@ def main(model_args, data_args, reward_args, training_args):
     if "reward_model" in reward_args.reward_funcs:
         check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
-    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     check_4bit(model_args.load_in_4bit)
-    check_precision(model_args, training_args)
+    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
+    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
@@ -61,6 +61,12 @@ def main(model_args, data_args, reward_args, training_args):
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code)
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
     train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
+    per_generation = training_args.generation_batch_size // training_args.num_generations  # prompts
+    flag = ("--prompts_per_generation" if training_args.prompts_per_step
+            else "--generation_batch_size / num_generations")
+    note = check_prompts_fill_batches(len(train_dataset), per_generation, flag, "generation")
+    if note and is_main_process():
+        print(note, flush=True)
 
     ################
     # Rewards (user functions are imported before the reward model loads)

@@ -19,7 +19,7 @@ import logging
 
 from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, load_rows, tokenize_prompts
+from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
 from rlhf.guard import guarded_train
 from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
                          load_tokenizer, lora_config)
@@ -43,7 +43,7 @@ def main(model_args, data_args, training_args):
     check_reward_model(reward_path, training_args.trust_remote_code)
     check_model_source(value_path, "value model", "--value_model_path")
     check_4bit(model_args.load_in_4bit)
-    check_precision(model_args, training_args)
+    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path", training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)
@@ -62,6 +62,10 @@ def main(model_args, data_args, training_args):
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
     prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
     train_dataset = tokenize_prompts(prompts, tokenizer)
+    note = check_prompts_fill_batches(len(train_dataset), training_args.prompts_per_rollout, "--prompts_per_rollout",
+                                      "rollout")
+    if note and is_main_process():
+        print(note, flush=True)
 
     ################
     # Models (from the checkpoint when resuming)

@@ -34,9 +34,11 @@ def main(model_args, data_args, training_args):
     check_lora_targets(model_args, model_config(model_args.model_name_or_path, training_args.trust_remote_code),
                        "SEQ_CLS", training_args.trust_remote_code)
     check_4bit(model_args.load_in_4bit)
-    check_precision(model_args, training_args)
+    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
+    tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code, padding_side="right")
+    ensure_distinct_pad(tokenizer)  # the score is read at the final EOS, so EOS must not count as padding
     training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,
-                                                  model_args.load_in_4bit)
+                                                  model_args.load_in_4bit, tokenizer.pad_token_id)
     launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)
 
     from rlhf.trl_compat import RewardTrainer
@@ -44,8 +46,6 @@ def main(model_args, data_args, training_args):
     ################
     # Dataset: chosen / rejected conversations, and a held-out split for pairwise accuracy
     ################
-    tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code, padding_side="right")
-    ensure_distinct_pad(tokenizer)  # the score is read at the final EOS, so EOS must not count as padding
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
     pairs, schema = build_preference_dataset(rows)
     size, note = held_out_size(len(pairs), data_args.eval_samples)

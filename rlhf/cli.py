@@ -8,10 +8,11 @@ import argparse
 import difflib
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 
-from rlhf.errors import USER_ERROR_EXIT_CODE, NothingToDo, UserError
+from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
 from rlhf.run import release_locks
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
@@ -82,10 +83,15 @@ class Parser:
 
 
 def exit_on_user_error(main):
-    """Decorate a script's `main()`: a `UserError` ends in one line and exit code 2, `NothingToDo` in one, exit 0."""
+    """Decorate a script's `main()`: a `UserError` ends in one line and exit code 2, `NothingToDo` in one, exit 0.
+
+    Ctrl-C or SIGTERM outside training (models loading, saving; in training `rlhf.guard` decides) stops the script at
+    once, in one line with exit code 130, not in a traceback.
+    """
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
+        sigterm = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return main(*args, **kwargs)
         except NothingToDo as done:
@@ -94,10 +100,18 @@ def exit_on_user_error(main):
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(USER_ERROR_EXIT_CODE)
+        except KeyboardInterrupt:
+            print("\nInterrupted: stopped at once (what was saved before stays intact).", file=sys.stderr, flush=True)
+            sys.exit(INTERRUPTED_EXIT_CODE)
         finally:
+            signal.signal(signal.SIGTERM, sigterm)
             release_locks()  # every way out (done, refused, interrupted, NaN) frees the output folder
 
     return wrapper
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def parse_args(dataclass_types, args=None, description=None):

@@ -247,3 +247,26 @@ def build_preference_dataset(dataset):
         lambda row: to_preference_pair(row, schema), remove_columns=dataset.column_names, desc="Formatting pairs"
     )
     return pairs, schema
+
+
+def check_prompts_fill_batches(num_prompts, per_batch, flag, what):
+    """Refuse prompts too few for one `what` (GRPO's generation, PPO's rollout) of `per_batch` prompts, and return a
+    one-line note when the last prompts of every epoch go unused (None when they divide).
+
+    TRL 1.12 draws the shuffled prompts in whole batches and drops the last, incomplete one of every pass: GRPO's
+    `RepeatSampler` keeps only full chunks of generation_batch_size / num_generations prompts, and PPO's DataLoader
+    (drop_last=True; accelerate drops it across processes too) full rollouts. So an epoch uses
+    floor(N / per_batch) * per_batch prompts, a new random choice each epoch; with fewer than `per_batch` it draws
+    nothing, and GRPO stops in an error about max_steps while PPO waits for a batch for good.
+    """
+    if num_prompts < per_batch:
+        raise UserError(
+            f"the data hold {num_prompts} prompts, fewer than the {per_batch} of one {what} ({flag} = {per_batch}), "
+            f"so no {what} can be drawn; lower {flag} to at most {num_prompts}, or give more prompts"
+        )
+    unused = num_prompts % per_batch
+    if not unused:
+        return None
+    return (f"note: {num_prompts} prompts do not divide into {what}s of {per_batch} ({flag}): {unused} prompts of "
+            f"each epoch go unused (another random {unused} each epoch); a {flag} that divides {num_prompts} "
+            "uses them all")

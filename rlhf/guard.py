@@ -2,6 +2,10 @@
 
 - Ctrl-C or SIGTERM: the current step finishes, a checkpoint is saved, the script exits with code 130 and says how
   to resume (re-run the same command). A second Ctrl-C aborts at once; the last complete checkpoint stays intact.
+  Before the first step of a launch has ended (models loading, the first generation or rollout) the first signal
+  aborts at once: nothing has been trained since the newest checkpoint, so nothing is lost, and waiting for a step
+  that may never end (a reward function that hangs, a generation that stalls) would leave a scheduler's SIGTERM
+  unheeded. An abort ends in one line, exit code 130, no traceback.
 - A non-finite loss or gradient norm in the logs, or a non-finite reward (see `rlhf.reward.check_finite`), stops
   the run before the next checkpoint is written, with the source and the step, exit code 1. The run is stopped
   rather than the batch skipped: a NaN means something upstream is broken, and skipping would hide it.
@@ -37,9 +41,10 @@ class TrainingGuard(TrainerCallback):
 
     def __init__(self):
         self.stop_requested = False
+        self.step_ended = False  # in this launch: until then, nothing is trained that a checkpoint would keep
 
     def request_stop(self, signum, frame):
-        if self.stop_requested:  # second signal: abort now
+        if self.stop_requested or not self.step_ended:  # a second signal, or no step to wait for: abort now
             raise KeyboardInterrupt
         self.stop_requested = True
         if is_main_process():  # under torchrun / accelerate launch every process gets the signal: say it once
@@ -48,6 +53,7 @@ class TrainingGuard(TrainerCallback):
                   flush=True)
 
     def on_step_end(self, args, state, control, **kwargs):
+        self.step_ended = True
         if _any_process(self.stop_requested, args):
             control.should_save = True
         return control
@@ -105,6 +111,14 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
                 f"\nStopped at step {stop.step}; checkpoint saved in {checkpoint}. Re-run the same command to resume.",
                 flush=True,
             )
+        sys.exit(INTERRUPTED_EXIT_CODE)
+    except KeyboardInterrupt:
+        close_progress_bar(trainer)
+        if is_main_process():
+            checkpoint = last_checkpoint(output_dir)
+            kept = f"the last complete checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written"
+            print(f"\nAborted at step {trainer.state.global_step} without saving ({kept}). Re-run the same command to "
+                  "resume.", flush=True)
         sys.exit(INTERRUPTED_EXIT_CODE)
     except UserError as error:  # e.g. a user's reward function that raised: one line, as before training
         close_progress_bar(trainer)

@@ -166,11 +166,14 @@ def load_causal_lm(path, dtype="float32", trust_remote_code=False):
     return model, load_tokenizer(path, trust_remote_code)
 
 
-def load_sequence_classifier(path, dtype="float32", trust_remote_code=False):
-    """A one-output sequence classifier (reward or value model); a LoRA adapter of one is merged into its base."""
+def load_sequence_classifier(path, dtype="float32", trust_remote_code=False, pad_token_id=None):
+    """A one-output sequence classifier (reward or value model); a LoRA adapter of one is merged into its base.
+
+    `pad_token_id`: the pad of the tokenizer it reads (see `load_kwargs`).
+    """
     from transformers import AutoModelForSequenceClassification
 
-    kwargs = load_kwargs(dtype, trust_remote_code)
+    kwargs = load_kwargs(dtype, trust_remote_code, pad_token_id=pad_token_id)
     path = loadable(path)
     config = adapter_config(path)
     if config is None:
@@ -300,13 +303,19 @@ def lora_config(model_args, task_type="CAUSAL_LM"):
     )
 
 
-def load_kwargs(dtype, trust_remote_code=False, load_in_4bit=False):
+def load_kwargs(dtype, trust_remote_code=False, load_in_4bit=False, pad_token_id=None):
     """Keyword arguments for every `from_pretrained` of weights: safetensors only, no remote code unless asked.
+
+    `pad_token_id`: the tokenizer's pad when it was made distinct from EOS (`rlhf.reward.ensure_distinct_pad`). The
+    model is built with it, not the checkpoint's (often EOS): the input embedding's `padding_idx`, the one row that
+    never gets a gradient, is fixed when the model is built, and the saved config then names the pad the tokenizer has.
 
     `load_in_4bit` (QLoRA) adds a bitsandbytes NF4 config: frozen 4-bit weights, bf16 compute, double quantization,
     as in the QLoRA paper. Call `check_4bit` first: it refuses a machine that cannot do it.
     """
     kwargs = {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
+    if pad_token_id is not None:
+        kwargs["pad_token_id"] = pad_token_id
     if load_in_4bit:
         import torch
         from transformers import BitsAndBytesConfig
@@ -341,6 +350,40 @@ def torch_dtype(name, flag="--dtype"):
     return name if name == "auto" else getattr(torch, name)
 
 
+def resolve_dtype(dtype, name_or_path, trust_remote_code=False):
+    """`dtype`, with `auto` made the checkpoint's own dtype: what transformers loads for `auto`, named before anything
+    loads, so that the precision checks see it and every model of a run loads in it (not each in its own)."""
+    return checkpoint_dtype(name_or_path, trust_remote_code) if dtype == "auto" else dtype
+
+
+def checkpoint_dtype(name_or_path, trust_remote_code=False):
+    """The dtype a checkpoint's weights are stored in, read from its config (`dtype`, `torch_dtype` before transformers
+    5) without loading them; a LoRA adapter's is its base's. float32 when the config names none, as transformers does.
+    """
+    import json
+
+    from rlhf.bundled import is_bundled
+
+    path = Path(name_or_path).expanduser()
+    if is_bundled(name_or_path) and not (path / "config.json").is_file():
+        return "float32"  # converted from its GGUF in float32 (rlhf/bundled.py)
+    if path.is_dir():
+        base = adapter_base(path)
+        if base is not None:
+            return checkpoint_dtype(base, trust_remote_code)
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    else:  # a Hub id: its config.json alone is fetched
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code).to_dict()
+        except OSError as error:
+            raise UserError(f"cannot read the config of model {name_or_path} ({first_line(error)}) to resolve "
+                            "--dtype auto; pass a local folder, or --dtype float32") from None
+    dtype = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return str(dtype).removeprefix("torch.")
+
+
 def reward_model_dtype(choice, dtype, on_gpu):
     """The dtype the frozen reward model loads in: `auto` is bfloat16 on a GPU, else the policy's `dtype`.
 
@@ -361,7 +404,8 @@ def on_gpu(training_args):
 
 
 def check_precision(model_args, training_args):
-    """Refuse, before anything loads, precision settings that would train badly or crash.
+    """Refuse, before anything loads, precision settings that would train badly or crash; return the dtype every
+    model of the run loads in: --dtype, with `auto` resolved to the policy checkpoint's own (`resolve_dtype`).
 
     - Full fine-tuning of weights loaded in bfloat16/float16: AdamW's updates (about 1e-5 of a weight at these
       learning rates) are far below bfloat16's resolution (about 4e-3 relative) and are rounded away. Mixed
@@ -369,16 +413,19 @@ def check_precision(model_args, training_args):
     - GRPO's static KV cache with float32 weights under bf16 autocast: the cache is float32, the new keys and
       values bfloat16, and generation fails (index_copy_ dtype mismatch, seen on an H100).
     """
-    half = model_args.dtype in ("bfloat16", "float16")
+    dtype = resolve_dtype(model_args.dtype, model_args.model_name_or_path, training_args.trust_remote_code)
+    given = f"--dtype {dtype}" if dtype == model_args.dtype else f"--dtype auto (the checkpoint's {dtype})"
+    half = dtype in ("bfloat16", "float16")
     if half and not model_args.use_lora and not model_args.allow_half_precision_weights:
         raise UserError(
-            f"--dtype {model_args.dtype} would train {model_args.dtype} weights, and AdamW updates smaller than "
+            f"{given} would train {dtype} weights, and AdamW updates smaller than "
             "about 1e-3 of a weight round away to nothing; keep --dtype float32 (add --bf16 for bf16 compute), use "
             "--use_lora, or pass --allow_half_precision_weights to train them anyway"
         )
     static = getattr(training_args, "cache_implementation", None) == "static"
-    if static and training_args.bf16 and model_args.dtype == "float32":
+    if static and training_args.bf16 and dtype == "float32":
         raise UserError(
             "--cache_implementation static fails with float32 weights under --bf16 autocast (a float32 cache gets "
             "bfloat16 keys); drop --bf16 (float32 with TF32 is the GPU default) or the static cache"
         )
+    return dtype

@@ -53,16 +53,16 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     reward_path = training_args.reward_model_path
     start = trainable_model_path(model_args.model_name_or_path, training_args.output_dir, trust)
     full_resume = resume_from and not model_args.use_lora
-    policy_weights = load_kwargs(model_args.dtype, trust, model_args.load_in_4bit)
+    pad = tokenizer.pad_token_id  # every model is built with it: see load_kwargs
+    policy_weights = load_kwargs(model_args.dtype, trust, model_args.load_in_4bit, pad)
     policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
     ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(
-        start, **load_kwargs(model_args.dtype, trust))
+        start, **load_kwargs(model_args.dtype, trust, pad_token_id=pad))
     scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
     reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
+    reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
     value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else training_args.value_model_path or reward_path
-    value_model = load_sequence_classifier(value_source, model_args.dtype, trust)
-    for model in (reward_model, value_model):
-        model.config.pad_token_id = tokenizer.pad_token_id
+    value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
     # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
     policy.generation_config.pad_token_id = tokenizer.pad_token_id
     return policy, ref_policy, reward_model, value_model

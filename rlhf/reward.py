@@ -88,8 +88,7 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
     tokenizer = ensure_distinct_pad(
         AutoTokenizer.from_pretrained(tokenizer_source(path), trust_remote_code=trust_remote_code)
     )
-    model = load_sequence_classifier(path, dtype, trust_remote_code)
-    model.config.pad_token_id = tokenizer.pad_token_id
+    model = load_sequence_classifier(path, dtype, trust_remote_code, tokenizer.pad_token_id)
     model.eval().requires_grad_(False)
     return model, tokenizer
 

@@ -124,3 +124,24 @@ def test_dataset_without_known_columns_is_refused(tiny_models, tmp_path, run_cli
     data = tiny.write_jsonl(tmp_path / "bad.jsonl", [{"instruction": "x", "output": "y"}])
     result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--dataset_name", data))
     assert "instruction" in error_line(result)
+
+
+def test_fewer_prompts_than_one_generation_are_refused_in_one_line_before_anything_loads(tiny_models, tmp_path,
+                                                                                        run_cli):
+    # TRL 1.12 drew no generation from 32 prompts in generations of 64, and stopped in "args.max_steps must be set".
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--prompts_per_generation", "64"))
+    line = error_line(result)
+    assert "32 prompts" in line and "64" in line and "lower --prompts_per_generation" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_prompts_left_over_from_whole_generations_are_said_in_one_line(tiny_models, tmp_path):
+    # 32 prompts in generations of 12: TRL keeps 2 whole generations (24 prompts) of each epoch, 12 steps of 2 prompts.
+    out = tmp_path / "run"
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--prompts_per_generation", "12",
+                                                    "--num_train_epochs", "1", "--save_steps", "100"))
+    assert_ok(result)
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: 32 prompts")]
+    assert len(notes) == 1 and "8 prompts of each epoch go unused" in notes[0]
+    assert "--prompts_per_generation" in notes[0]
+    assert json.loads((out / "run_manifest.json").read_text())["global_step"] == 12

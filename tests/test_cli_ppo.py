@@ -132,3 +132,55 @@ def test_completion_length_is_logged_from_the_completions_as_generated(tiny_mode
     logged = scalars(out)
     assert [value for _, value in logged["train/completions/mean_length"]] == [1] * 4
     assert [value for _, value in logged["train/completions/clipped_ratio"]] == [0] * 4
+
+
+def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_loads(tiny_models, tmp_path):
+    # TRL 1.12 drew no rollout from 32 prompts in rollouts of 64 and waited for one for good.
+    out = tmp_path / "ppo"
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "64"), timeout=120)
+    line = error_line(result)
+    assert "32 prompts" in line and "64" in line and "lower --prompts_per_rollout" in line
+    assert not out.exists()
+
+
+def test_prompts_left_over_from_whole_rollouts_are_said_in_one_line(tiny_models, tmp_path):
+    out = tmp_path / "ppo"
+    # 32 prompts in rollouts of 6: TRL's dataloader keeps 5 whole rollouts (30 prompts) per pass.
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "6",
+                                                  "--total_episodes", "6"))
+    assert_ok(result)
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: 32 prompts")]
+    assert len(notes) == 1 and "2 prompts of each epoch go unused" in notes[0] and "--prompts_per_rollout" in notes[0]
+
+
+def test_dtype_auto_loads_the_value_model_in_the_policys_dtype_not_the_reward_models(tiny_models, tmp_path):
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from test_config import save_in_bfloat16
+
+    # A float32 policy and a bfloat16 reward model: the value model (trained in full, from the reward model) once
+    # loaded in the reward model's own bfloat16 under --dtype auto, and trained bfloat16 weights.
+    reward_model = save_in_bfloat16(tiny_models["reward_model"], tmp_path / "bf16_reward_model")
+    out = tmp_path / "ppo"
+    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "2", "--dtype", "auto",
+                                                   reward_model=reward_model)))
+    value_model = AutoModelForSequenceClassification.from_pretrained(out / "value_model", dtype="auto")
+    assert value_model.dtype == torch.float32
+
+
+def test_ppo_models_are_built_with_the_tokenizers_distinct_pad_so_eos_trains(tiny_models, tmp_path):
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path / "ppo"
+    # The tiny models' configs pad with EOS, as SmolLM2's do; PPO pads with a distinct token (ensure_distinct_pad).
+    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--learning_rate",
+                                                   "1e-2")))
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    assert pad != eos and AutoConfig.from_pretrained(out).pad_token_id == pad  # the policy's saved config
+    before = AutoModelForSequenceClassification.from_pretrained(tiny_models["reward_model"]).get_input_embeddings()
+    value_model = AutoModelForSequenceClassification.from_pretrained(out / "value_model")
+    after = value_model.get_input_embeddings()
+    assert value_model.config.pad_token_id == after.padding_idx == pad
+    assert not after.weight[eos].equal(before.weight[eos]), "the value model's EOS row got no gradient"

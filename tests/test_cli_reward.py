@@ -78,3 +78,20 @@ def test_prompt_only_dataset_is_refused_in_one_line(tiny_models, tmp_path, run_c
 def test_help_exits_zero():
     result = run_script("train_reward_model.py", "--help")
     assert result.returncode == 0 and "--eval_samples" in result.stdout
+
+
+def test_the_input_embedding_of_eos_where_the_reward_is_read_is_trained(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path / "reward"
+    # The base config pads with EOS; the embedding's padding_idx, the row that gets no gradient, was once fixed there.
+    assert_ok(run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name",
+                         tiny_models["prompts"], "--output_dir", out, *SMALL, "--learning_rate", "1e-2"))
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    before = AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).get_input_embeddings().weight
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    after = model.get_input_embeddings().weight
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    assert not after[eos].equal(before[eos]), "the EOS row of the input embedding got no gradient"
+    assert after[pad].equal(before[pad])  # the pad row is the one that gets none
+    assert model.config.pad_token_id == pad == model.get_input_embeddings().padding_idx != eos

@@ -300,3 +300,53 @@ def test_lora_target_modules_as_a_yaml_scalar_is_a_list_and_all_linear_reaches_p
     assert lora_config(model).target_modules == "all-linear"  # ['all-linear'] would be a module called so
     assert lora_config(parse("--use_lora", "--lora_target_modules", "all-linear")[0]).target_modules == "all-linear"
     assert parse("--lora_target_modules", "q_proj,v_proj")[0].lora_target_modules == ["q_proj", "v_proj"]
+
+
+def save_in_bfloat16(source, path):
+    """A copy of a tiny model saved in bfloat16 (its config.json then says "dtype": "bfloat16")."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    causal = AutoConfig.from_pretrained(source).architectures[0].endswith("ForCausalLM")
+    auto = AutoModelForCausalLM if causal else AutoModelForSequenceClassification
+    auto.from_pretrained(source, dtype=torch.bfloat16).save_pretrained(path)
+    AutoTokenizer.from_pretrained(source).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "train_reward_model.py"])
+def test_dtype_auto_on_a_bfloat16_checkpoint_is_refused_like_dtype_bfloat16(tiny_models, tmp_path, run_cli, script):
+    from conftest import error_line
+
+    policy = save_in_bfloat16(tiny_models["policy"], tmp_path / "bf16_policy")
+    args = ["--model_name_or_path", policy, "--dataset_name", tiny_models["prompts"], "--output_dir", tmp_path / "out",
+            "--dtype", "auto"]
+    if script != "train_reward_model.py":
+        args += ["--reward_model_path", tiny_models["reward_model"]]
+    line = error_line(run_cli(script, *args))
+    assert "--dtype auto (the checkpoint's bfloat16) would train bfloat16 weights" in line
+    assert "--allow_half_precision_weights" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_checkpoint_dtype_is_read_from_its_config_without_loading_it(tiny_models, tmp_path):
+    import json
+    import shutil
+
+    from rlhf.models import checkpoint_dtype, resolve_dtype
+
+    assert checkpoint_dtype(tiny_models["policy"]) == "float32"
+    old = tmp_path / "old"
+    shutil.copytree(tiny_models["policy"], old)
+    config = json.loads((old / "config.json").read_text())
+    config.pop("dtype")
+    (old / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
+    (old / "model.safetensors").unlink()  # nothing is loaded
+    assert resolve_dtype("auto", old) == "bfloat16"  # transformers 4 wrote torch_dtype
+    assert resolve_dtype("float16", old) == "float16"
+    (old / "config.json").write_text(json.dumps(config))
+    assert checkpoint_dtype(old) == "float32"  # none named: transformers loads float32
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(old)}))
+    assert checkpoint_dtype(adapter) == "float32"

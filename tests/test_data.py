@@ -168,3 +168,15 @@ def test_shipped_preference_data_is_exactly_what_our_generator_writes(tmp_path):
     rows = [json.loads(line) for line in (ROOT / "data" / "preferences.jsonl").read_text().splitlines()]
     assert len(rows) == 400 and detect_schema(rows[0]) == "orca"
     assert all(row["chosen"] != row["rejected"] for row in rows)
+
+
+def test_prompts_too_few_for_one_batch_are_refused_and_a_remainder_is_said():
+    from rlhf.data import check_prompts_fill_batches
+
+    with pytest.raises(UserError, match=r"^the data hold 32 prompts, fewer than the 64 of one rollout "
+                                        r"\(--prompts_per_rollout = 64\).*lower --prompts_per_rollout to at most 32"):
+        check_prompts_fill_batches(32, 64, "--prompts_per_rollout", "rollout")
+    assert check_prompts_fill_batches(64, 16, "--prompts_per_generation", "generation") is None
+    note = check_prompts_fill_batches(100, 64, "--prompts_per_generation", "generation")
+    assert note.startswith("note: 100 prompts do not divide into generations of 64 (--prompts_per_generation): 36 "
+                           "prompts of each epoch go unused")

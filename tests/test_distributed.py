@@ -88,6 +88,19 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     assert all(torch.equal(final[name], checkpoint[name]) for name in final)
 
 
+def test_ppo_with_lora_on_two_processes_trains_against_the_adapter_disabled_reference(tiny_models, tmp_path):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ppo_lora"
+    # TRL 1.12 read the reference (the policy, adapter off) through the DDP wrapper: an AttributeError at step 1.
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8", "--use_lora"),
+                        processes=2)
+    assert_ok(result)
+    assert (manifest(out)["global_step"], manifest(out)["episode"]) == (2, 8)
+    adapter = load_file(out / "adapter_model.safetensors")
+    assert any(name.endswith("lora_B.weight") and tensor.abs().sum() > 0 for name, tensor in adapter.items())
+
+
 def test_reward_model_on_two_processes(tiny_models, tmp_path):
     out = tmp_path / "rm"
     # 32 rows, 8 held out: 24 pairs, 2 per device x 2 processes per step = 6 steps.

@@ -21,6 +21,7 @@ ARGS = SimpleNamespace(device="cpu")  # all the guard reads of the training argu
 
 def test_a_first_signal_asks_for_a_stop_and_a_second_aborts(capsys):
     guard = TrainingGuard()
+    guard.on_step_end(ARGS, TrainerState(global_step=1), TrainerControl())  # a step can end: the first waits for one
     guard.request_stop(signal.SIGINT, None)
     assert guard.stop_requested
     assert "SIGINT received: saving a checkpoint after this step" in capsys.readouterr().out
@@ -59,6 +60,7 @@ class FakeTrainer:
     """What guarded_train uses of a trainer: add_callback, and the callbacks (one holds a progress bar)."""
 
     def __init__(self):
+        self.state = TrainerState(global_step=0)
         self.bar = SimpleNamespace(closed=False)
         self.bar.close = lambda: setattr(self.bar, "closed", True)
         self.callback_handler = SimpleNamespace(callbacks=[SimpleNamespace(training_bar=self.bar)])
@@ -82,7 +84,8 @@ def test_sigterm_during_training_ends_after_the_next_checkpoint_with_exit_code_1
     trainer, state = FakeTrainer(), TrainerState(global_step=3)
     handler_before = signal.getsignal(signal.SIGTERM)
 
-    def train():  # one step of a trainer's loop, with a SIGTERM in the middle of it
+    def train():  # a step of a trainer's loop, then one with a SIGTERM in the middle of it
+        trainer.guard.on_step_end(ARGS, TrainerState(global_step=2), TrainerControl())
         os.kill(os.getpid(), signal.SIGTERM)
         control = trainer.guard.on_step_end(ARGS, state, TrainerControl())
         assert control.should_save
@@ -97,6 +100,39 @@ def test_sigterm_during_training_ends_after_the_next_checkpoint_with_exit_code_1
     assert "SIGTERM received" in out
     assert f"Stopped at step 3; checkpoint saved in {tmp_path / 'checkpoint-3'}. Re-run the same command" in out
     assert trainer.bar.closed  # before the last line, so that the bar does not draw itself again after it
+    assert signal.getsignal(signal.SIGTERM) is handler_before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_any_step_of_the_launch_has_ended_aborts_at_once_in_one_line(tmp_path, capsys, signum):
+    checkpoint = write_checkpoint(tmp_path, 4)  # a resumed run: its newest checkpoint stays as it is
+    trainer = FakeTrainer()
+    trainer.state.global_step = 4
+
+    def train():  # e.g. the first generation, which may never end
+        os.kill(os.getpid(), signum)
+        raise AssertionError("the guard waited for a step to end before stopping")
+
+    with pytest.raises(SystemExit) as exit:
+        guarded_train(trainer, tmp_path, train=train)
+    assert exit.value.code == 130
+    out = capsys.readouterr().out
+    assert f"Aborted at step 4 without saving (the last complete checkpoint is {checkpoint})." in out
+    assert trainer.bar.closed
+
+
+def test_ctrl_c_outside_training_ends_in_one_line_and_exit_code_130(tiny_models, tmp_path, run_cli, monkeypatch):
+    import train_grpo
+    from conftest import grpo_args
+
+    def loading(*args, **kwargs):  # Ctrl-C while the data (or a model) loads
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_grpo, "load_rows", loading)
+    handler_before = signal.getsignal(signal.SIGTERM)
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run"))
+    assert result.returncode == 130
+    assert result.stderr.strip() == "Interrupted: stopped at once (what was saved before stays intact)."
     assert signal.getsignal(signal.SIGTERM) is handler_before
 
 

@@ -2,10 +2,13 @@
 
 import json
 import signal
+import subprocess
+import time
 
+import pytest
 import torch
 
-from conftest import assert_ok, grpo_args, run_script, start_script, wait_for
+from conftest import ROOT, assert_ok, grpo_args, run_script, script_command, start_script, wait_for
 from rlhf import tiny
 
 
@@ -65,3 +68,46 @@ def test_nan_loss_stops_the_run_before_it_is_checkpointed(tiny_models, tmp_path)
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "became nan" in error[0].lower() and "at step" in error[0]
     assert not list(out.glob("checkpoint-*")) and not (out / "model.safetensors").exists()
+
+
+# A reward function that never returns from step HANG_FROM_STEP on: a step that cannot end.
+HANG = """
+import os, time
+from pathlib import Path
+
+def hang(prompts, completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step + 1 >= int(os.environ["HANG_FROM_STEP"]):
+        Path(os.environ["HANG_MARK"]).write_text("hanging")
+        while True:
+            time.sleep(0.1)
+    return [0.0] * len(prompts)
+"""
+
+
+@pytest.mark.parametrize("hang_from_step, signals, said", [
+    (1, 1, "Aborted at step 0 without saving (no checkpoint was written)."),  # no step has ended: stop at once
+    (3, 2, "Aborted at step 2 without saving (the last complete checkpoint is {out}/checkpoint-2)."),  # the second
+], ids=["first-step", "second-signal"])
+def test_a_run_whose_step_cannot_end_stops_on_sigterm_in_one_line(tiny_models, tmp_path, hang_from_step, signals,
+                                                                   said):
+    (tmp_path / "hang_reward.py").write_text(HANG)
+    out, mark = tmp_path / "run", tmp_path / "hanging"
+    command, env = script_command("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "30",
+                                                              "--reward_funcs", "hang_reward.hang"),
+                                  env={"PYTHONPATH": str(tmp_path), "HANG_FROM_STEP": str(hang_from_step),
+                                       "HANG_MARK": str(mark)})
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(mark, process)
+        for _ in range(signals):
+            process.send_signal(signal.SIGTERM)
+            time.sleep(1)  # the first of two is heeded, and said, before the second comes
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert said.format(out=out) in stdout
+    assert not (out / "model.safetensors").exists()

@@ -314,3 +314,28 @@ def test_optimizer_scheduler_and_random_state_come_back_from_a_checkpoint(hooks)
     hooks.restore_optimizer_scheduler_and_rng(hooks.checkpoints[0][0])
     assert torch.equal(torch.rand(4), expected), f"the random state did not come back: re-check {hook}"
     assert hooks.lr_scheduler.last_epoch == 0, f"the scheduler did not come back: re-check {hook}"
+
+
+def test_the_lora_reference_forward_reads_policy_off_the_model_which_ddp_hides():
+    _, PPOTrainer = trainer_classes()
+    assert_source(PPOTrainer.null_ref_context, "self.model.policy",
+                  assumption="PPOTrainer.null_ref_context reads self.model.policy (DDP hides it)",
+                  hook="PPOTrainerHooks._fix_lora_reference_under_ddp")
+    assert_source(PPOTrainer.train, "with self.null_ref_context():", "forward(model.policy,",
+                  assumption="PPOTrainer.train runs the LoRA reference forward on model.policy, model = self.model",
+                  hook="PPOTrainerHooks._fix_lora_reference_under_ddp")
+
+
+def test_grpo_and_ppo_draw_whole_batches_of_prompts_and_drop_the_rest_of_each_pass(tiny_models, tmp_path):
+    from trl.trainer.utils import RepeatSampler
+
+    hook = "rlhf.data.check_prompts_fill_batches"
+    sampler = RepeatSampler(list(range(7)), mini_repeat_count=2, batch_size=3, repeat_count=2, shuffle=True, seed=0)
+    drawn = list(sampler)
+    assert len(drawn) == len(sampler) == 2 * 3 * 2 * 2 and len(set(drawn)) == 6, (
+        f"GRPO's RepeatSampler no longer keeps only whole generation batches of prompts: re-check {hook}")
+    too_few = RepeatSampler(list(range(2)), mini_repeat_count=2, batch_size=3, repeat_count=1)
+    assert list(too_few) == [], f"GRPO's RepeatSampler now draws from fewer prompts than one batch: re-check {hook}"
+    trainer = tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=3)  # 4 prompts, rollouts of 3
+    assert [len(batch["input_ids"]) for batch in trainer.get_train_dataloader()] == [3], (
+        f"PPO's dataloader no longer drops the incomplete last rollout of a pass: re-check {hook}")

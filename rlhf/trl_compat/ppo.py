@@ -15,7 +15,8 @@ What a subclass calls or reads:
 - `use_train_dataloader(dataloader)`: where train() draws its batches from;
 - `restore_optimizer_scheduler_and_rng(checkpoint)` and `start_at_batch(done)`: to resume a run.
 
-Saving also works under DDP here, which TRL 1.12 gets wrong (trl issue #2375), and so do rollouts of several
+Saving also works under DDP here, which TRL 1.12 gets wrong (trl issue #2375), and so does LoRA (TRL 1.12 reads the
+reference policy through the DDP wrapper, see `_fix_lora_reference_under_ddp`), and so do rollouts of several
 mini-batches (`num_mini_batches` > 1), which TRL 1.12 refuses or trains on wrongly (see `__init__`).
 """
 
@@ -56,6 +57,7 @@ class PPOTrainerHooks(PPOTrainer):
             config.gradient_accumulation_steps = accumulation  # train() sizes its per-micro-batch statistics by it
         self.accelerator.gradient_accumulation_steps = accumulation
         self.accelerator.gradient_state.plugin_kwargs["sync_with_dataloader"] = False
+        self._fix_lora_reference_under_ddp()
         # TRL generates inside train(), through the policy's own generate() (trl's `batch_generation`): wrapping it
         # on this policy object is the only way to see the completions.
         self._recording = True
@@ -68,6 +70,18 @@ class PPOTrainerHooks(PPOTrainer):
             return output
 
         self.trained_policy.generate = recording_generate
+
+    def _fix_lora_reference_under_ddp(self):
+        """With LoRA and several processes, TRL 1.12's train() died at the first rollout (AttributeError:
+        'DistributedDataParallel' object has no attribute 'policy'): its reference forward, the policy with the
+        adapter disabled, reads `self.model.policy` in `null_ref_context` and `model.policy` in train(), through
+        the DDP wrapper. The wrapper gets the policy as a plain attribute, not a registered submodule: DDP's
+        parameters and state dict stay as they are, and that forward runs under no_grad, where DDP has no
+        gradients to synchronise."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if isinstance(self.model, DistributedDataParallel):
+            object.__setattr__(self.model, "policy", self.model.module.policy)
 
     # ---- Hooks ----
 
