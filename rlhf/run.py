@@ -384,7 +384,7 @@ def _alive(holder):
 def resolved_settings(configs):
     """What `auto` and the machine make of the configs: the dtypes the policy and the reward model load in, the
     device type. Recorded in the manifest and compared on resume (`RESOLVED_COMPARED`)."""
-    from rlhf.models import on_gpu, reward_model_dtype
+    from rlhf.models import on_gpu, resolve_dtype, reward_model_dtype
 
     fields = {}
     for config in configs:
@@ -397,25 +397,11 @@ def resolved_settings(configs):
     gpu = on_gpu(training)
     resolved = {"device": "cuda" if gpu else "cpu"}
     if "dtype" in fields:
-        resolved["dtype"] = _auto_dtype(fields["dtype"], fields.get("model_name_or_path"))
+        resolved["dtype"] = resolve_dtype(fields["dtype"], fields.get("model_name_or_path"))
     if "reward_model_dtype" in fields and "reward_model" in fields.get("reward_funcs", ["reward_model"]):
         dtype = reward_model_dtype(fields["reward_model_dtype"], fields.get("dtype", "float32"), gpu)
-        resolved["reward_model_dtype"] = _auto_dtype(dtype, fields.get("reward_model_path"))
+        resolved["reward_model_dtype"] = resolve_dtype(dtype, fields.get("reward_model_path"))
     return resolved
-
-
-def _auto_dtype(dtype, path):
-    """`auto` is the dtype the model's config names (float32 if none), as from_pretrained reads it; None if the
-    config cannot be read here (e.g. an adapter folder, or the Hub offline): not compared then."""
-    if dtype != "auto":
-        return dtype
-    try:
-        from transformers import AutoConfig
-
-        found = getattr(AutoConfig.from_pretrained(path), "dtype", None)
-    except (OSError, ValueError):
-        return None
-    return str(found).removeprefix("torch.") if found else "float32"
 
 
 def _engine(configs):
