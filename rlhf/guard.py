@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from rlhf.errors import NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
 from rlhf.run import is_main_process, last_checkpoint
-from rlhf.trl_compat import close_progress_bar
+from rlhf.trl_compat import ScheduleFromResumedStep, close_progress_bar
 
 INTERRUPTED_EXIT_CODE = 130
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
@@ -83,10 +83,13 @@ def _any_process(flag, args):
 def guarded_train(trainer, output_dir, resume_from=None, train=None):
     """Run `trainer.train` (or `train()` if given) under a `TrainingGuard`; exit with a clear line if it stops early.
 
-    Returns normally only when training ran to the end.
+    Returns normally only when training ran to the end. A run resumed from `resume_from` trains at the rates of
+    its own schedule (see `ScheduleFromResumedStep`: a continued run's schedule is longer than the checkpoint's).
     """
     guard = TrainingGuard()
     trainer.add_callback(guard)
+    if resume_from:
+        trainer.add_callback(ScheduleFromResumedStep())
     if resume_from and is_main_process():
         print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
     handlers = {sig: signal.signal(sig, guard.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -314,3 +314,41 @@ def test_optimizer_scheduler_and_random_state_come_back_from_a_checkpoint(hooks)
     hooks.restore_optimizer_scheduler_and_rng(hooks.checkpoints[0][0])
     assert torch.equal(torch.rand(4), expected), f"the random state did not come back: re-check {hook}"
     assert hooks.lr_scheduler.last_epoch == 0, f"the scheduler did not come back: re-check {hook}"
+
+
+# ---- ScheduleFromResumedStep ----
+
+
+def test_a_resumed_scheduler_keeps_the_new_schedule_and_the_first_step_gets_its_rate():
+    import torch
+    from transformers import TrainerControl, TrainerState, get_scheduler
+
+    from rlhf.trl_compat import ScheduleFromResumedStep
+
+    Trainer, _ = trainer_classes()
+    hook = "ScheduleFromResumedStep"
+    assert_source(Trainer._prepare_for_training, "self.create_scheduler(num_training_steps=max_steps)",
+                  "self._load_optimizer_and_scheduler(resume_from_checkpoint)",
+                  assumption="the scheduler is built for this launch's length, then the checkpoint's state loaded",
+                  hook=hook)
+    assert_source(Trainer._inner_training_loop, "self._prepare_for_training(", "on_train_begin(",
+                  assumption="the optimizer and scheduler are restored before on_train_begin", hook=hook)
+
+    def trained(total, steps):
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        scheduler = get_scheduler("cosine", optimizer, num_warmup_steps=0, num_training_steps=total)
+        for _ in range(steps):
+            optimizer.step()
+            scheduler.step()
+        return optimizer, scheduler
+
+    finished, finished_schedule = trained(total=2, steps=2)  # a run of 2 steps, at its end
+    optimizer, scheduler = trained(total=6, steps=0)  # continued to 6: built anew, then the checkpoint loaded
+    optimizer.load_state_dict(finished.state_dict())
+    scheduler.load_state_dict(finished_schedule.state_dict())
+    assert optimizer.param_groups[0]["lr"] == 0.0, f"the restored optimizer no longer holds the old rate: {hook}"
+    ScheduleFromResumedStep().on_train_begin(None, TrainerState(), TrainerControl(), lr_scheduler=scheduler)
+    _, uninterrupted = trained(total=6, steps=2)
+    assert scheduler.last_epoch == 2, f"the scheduler is no longer at the checkpoint's step: re-check {hook}"
+    assert optimizer.param_groups[0]["lr"] == scheduler.get_last_lr()[0] == uninterrupted.get_last_lr()[0] == 0.75
+
