@@ -13,6 +13,7 @@ Here:
 - `close_progress_bar(trainer)`: transformers closes its progress bar only when training ends normally;
 - `ScheduleFromResumedStep`: a resumed or continued run trains its first step at its own schedule's rate.
 
+In `rlhf/trl_compat/grpo.py`: `ResumableGRPOTrainer`, TRL's `GRPOTrainer` resumed inside a generation block too.
 In `rlhf/trl_compat/ppo.py` (imported when PPO is used): `PPOTrainerHooks`, TRL's `PPOTrainer` with named hook
 points for what `rlhf/ppo.py` adds (files in a checkpoint, resume, the completions generated, the KL coefficient).
 """
@@ -56,6 +57,7 @@ from trl import TrlParser  # noqa: E402 (after the filters: importing TRL can wa
 _WHERE = {
     "GRPOConfig": "trl",
     "GRPOTrainer": "trl",
+    "ResumableGRPOTrainer": "rlhf.trl_compat.grpo",
     "RewardConfig": "trl",
     "RewardTrainer": "trl",
     "PPOConfig": "trl.experimental.ppo",
