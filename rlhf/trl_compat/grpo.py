@@ -55,15 +55,18 @@ class ResumableGRPOTrainer(GRPOTrainer):
         """Put back the generation buffer and pass counter saved in `checkpoint`: the next pass trains on the slice
         an uninterrupted run would, and the next generation comes where it would have."""
         import torch
+        from accelerate.utils import send_to_device
 
         path = Path(checkpoint) / generation_state_file(self.args.process_index)
         if not path.exists():  # a checkpoint written by an earlier version of this package
             logger.warning("%s has no saved generation: the first step resumed generates afresh (TRL's own resume), "
                            "so it does not train what an uninterrupted run would", path)
             return
-        # weights_only: tensors, numbers and lists, nothing is unpickled beyond that.
-        state = torch.load(path, map_location=self.accelerator.device, weights_only=True)
-        self._step, self._buffered_inputs = state["step"], state["buffered_inputs"]
+        # weights_only: tensors, numbers and lists, nothing is unpickled beyond that. Loaded on the CPU first: under
+        # torchrun on CPUs the tensors are tagged "cpu:0", which torch.load cannot map to a device.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        self._step = state["step"]
+        self._buffered_inputs = send_to_device(state["buffered_inputs"], self.accelerator.device)
 
     def _get_train_sampler(self, dataset=None):
         return EpochRepeatSampler(super()._get_train_sampler(dataset))
