@@ -389,7 +389,12 @@ def test_each_pass_over_the_prompts_gets_the_order_of_that_pass_in_an_uninterrup
     assert_source(RepeatSampler.__iter__, "torch.randperm(self.num_samples, generator=self.generator)",
                   assumption="RepeatSampler draws one permutation per pass from its generator", hook=hook)
     assert_source(Trainer._run_epoch, "train_dataloader.set_epoch(epoch)", "iter(train_dataloader)",
-                  assumption="each pass calls set_epoch(epoch) before drawing batches", hook=hook)
+                  "self.state.epoch = epoch + (step + 1) / steps_in_epoch",
+                  assumption="each pass calls set_epoch(epoch) before drawing batches; state.epoch counts passes",
+                  hook=hook)
+    assert_source(Trainer._inner_training_loop, "for epoch in range(epochs_trained, num_train_epochs):",
+                  "on_epoch_begin(", "self._run_epoch(",
+                  assumption="on_epoch_begin comes before each pass's batches are drawn", hook="_SamplerPass")
 
     def sampler():
         return RepeatSampler(list(range(8)), mini_repeat_count=2, batch_size=4, repeat_count=2, seed=3)

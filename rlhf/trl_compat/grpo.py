@@ -10,13 +10,15 @@ gets the first pass's order again.
 
 `ResumableGRPOTrainer` saves the buffer and `_step` in each checkpoint (before `trainer_state.json`, which marks a
 checkpoint complete), puts them back on resume, and gives the sampler the `set_epoch` that accelerate calls before
-each pass: a resumed or continued run trains what one uninterrupted run trains. `tests/test_trl_compat.py` pins
-each assumption.
+each pass (and a callback, where accelerate's call does not reach it): a resumed or continued run trains what one
+uninterrupted run trains. `tests/test_trl_compat.py` pins each assumption.
 """
 
 import logging
+import math
 from pathlib import Path
 
+from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from rlhf.trl_compat import check_trl_version
@@ -35,6 +37,11 @@ def generation_state_file(process_index):
 
 class ResumableGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose checkpoints hold the generation being trained on, and whose resume puts it back."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_sampler = None  # built by train()
+        self.add_callback(_SamplerPass(self))
 
     def _save_checkpoint(self, model, trial):
         """Each process saves its own buffer first: transformers writes trainer_state.json last."""
@@ -69,7 +76,22 @@ class ResumableGRPOTrainer(GRPOTrainer):
         self._buffered_inputs = send_to_device(state["buffered_inputs"], self.accelerator.device)
 
     def _get_train_sampler(self, dataset=None):
-        return EpochRepeatSampler(super()._get_train_sampler(dataset))
+        self.train_sampler = EpochRepeatSampler(super()._get_train_sampler(dataset))
+        return self.train_sampler
+
+
+class _SamplerPass(TrainerCallback):
+    """Tells the train sampler which pass over the prompts begins. accelerate's `set_epoch` does not reach it in a
+    multi-process run resumed mid-pass (through transformers' skip, accelerate's shard and torch's batch sampler),
+    which then drew the first pass's order again. `state.epoch` at a pass's start is its index (a resumed run's is
+    the checkpoint's: passes done, plus a fraction)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        if self.trainer.train_sampler is not None:
+            self.trainer.train_sampler.set_epoch(math.floor(state.epoch or 0))
 
 
 class EpochRepeatSampler:
