@@ -117,7 +117,8 @@ def test_ctrl_c_on_torchrun_stops_both_processes_at_one_checkpoint_and_the_rerun
     # Both processes stopped after the same step: each saved its random state into that one checkpoint.
     assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
     # ... and its generation buffer, which the resumed run trains on until the next generation.
-    assert {p.name for p in checkpoint.glob("grpo_generation_*.pt")} == {"grpo_generation_0.pt", "grpo_generation_1.pt"}
+    buffers = {p.name for p in checkpoint.glob("grpo_generation_*.pt")}
+    assert buffers == {"grpo_generation_0.pt", "grpo_generation_1.pt"}
     assert not (out / "model.safetensors").exists()
 
     result = run_script("train_grpo.py", *args, processes=2)
