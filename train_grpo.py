@@ -51,7 +51,7 @@ def main(model_args, data_args, reward_args, training_args):
 
     from transformers import set_seed
 
-    from rlhf.trl_compat import GRPOTrainer
+    from rlhf.trl_compat import ResumableGRPOTrainer
 
     set_seed(training_args.seed)
 
@@ -79,7 +79,7 @@ def main(model_args, data_args, reward_args, training_args):
     # Training
     ################
     record_launch(training_args.output_dir, "train_grpo.py", configs, launch)
-    trainer = GRPOTrainer(
+    trainer = ResumableGRPOTrainer(
         model=str(trainable_model_path(model_args.model_name_or_path, training_args.output_dir,
                                        training_args.trust_remote_code)),
         reward_funcs=reward_funcs,

@@ -19,7 +19,7 @@ from transformers import TrainerCallback
 
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
 from rlhf.run import checkpoint_recorder, is_main_process, last_checkpoint
-from rlhf.trl_compat import close_progress_bar
+from rlhf.trl_compat import ScheduleFromResumedStep, close_progress_bar
 
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
 WATCHED = ("loss", "grad_norm", "loss/policy_avg", "loss/value_avg")
@@ -88,11 +88,14 @@ def _any_process(flag, args):
 def guarded_train(trainer, output_dir, resume_from=None, train=None):
     """Run `trainer.train` (or `train()` if given) under a `TrainingGuard`; exit with a clear line if it stops early.
 
-    Returns normally only when training ran to the end.
+    Returns normally only when training ran to the end. A run resumed from `resume_from` trains at the rates of
+    its own schedule (see `ScheduleFromResumedStep`: a continued run's schedule is longer than the checkpoint's).
     """
     trainer.add_callback(checkpoint_recorder())  # before the guard, whose on_save may end the run
     guard = TrainingGuard()
     trainer.add_callback(guard)
+    if resume_from:
+        trainer.add_callback(ScheduleFromResumedStep())
     if resume_from and is_main_process():
         print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
     handlers = {sig: signal.signal(sig, guard.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -3,6 +3,9 @@ starting from an adapter, --resume_from_checkpoint, and small preference sets.""
 
 import json
 
+import pytest
+import torch
+
 from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars
 from rlhf import tiny
 
@@ -19,6 +22,35 @@ def texts(report, index):
 
 def snapshot(folder):
     return {path: path.stat().st_mtime_ns for path in sorted(folder.rglob("*"))}
+
+
+def scheduled_rates(kind, peak, total, warmup=0):
+    """The learning rate of steps 1 to `total` under transformers' schedule `kind`: what one uninterrupted run of
+    `total` steps trains at."""
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=peak)
+    scheduler = get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=total)
+    rates = []
+    for _ in range(total):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def assert_new_steps_follow_the_new_schedule(logged, first_new_step, expected):
+    """The steps from `first_new_step` on trained at the rates of the schedule of the new length (none at 0)."""
+    rates = dict(logged)
+    new = [rates[step] for step in range(first_new_step, len(expected) + 1)]
+    assert all(rate > 0 for rate in new), rates
+    assert new == pytest.approx(expected[first_new_step - 1:], rel=1e-5), rates
+
+
+def weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(path)
 
 
 def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tiny_models, tmp_path, run_cli):
@@ -51,6 +83,9 @@ def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tin
     assert manifest["global_step"] == 4 and manifest["finished_at"]
     assert [launch["changed"] for launch in manifest["launches"]] == [{}, {"max_steps": [2, 4]}]
     assert sorted(step for step, _ in scalars(out)["train/kl"]) == [1, 2, 3, 4]
+    # ... and trains at the rates of a 4-step schedule: the first new step does not inherit the 2-step one's end (0).
+    expected = scheduled_rates("cosine", 1e-2, 4)
+    assert_new_steps_follow_the_new_schedule(scalars(out)["train/learning_rate"], 3, expected)
 
     # Anything else changed on the finished run is refused, naming the flag; nothing is written.
     refused = run_cli("train_grpo.py", *args(4, learning_rate="1e-3"))
@@ -76,6 +111,7 @@ def test_ppo_lora_run_is_evaluated_and_continues_to_more_episodes(tiny_models, t
     assert (manifest["global_step"], manifest["episode"]) == (4, 8)
     assert manifest["launches"][-1]["changed"] == {"total_episodes": [4, 8]}
     assert sorted(step for step, _ in scalars(out)["train/objective/kl"]) == [1, 2, 3, 4]
+    assert_new_steps_follow_the_new_schedule(scalars(out)["train/lr"], 3, scheduled_rates("linear", 5e-6, 4))
 
 
 def test_resume_from_checkpoint_starts_a_new_folder_from_a_given_checkpoint(tiny_models, tmp_path, run_cli):
@@ -102,7 +138,7 @@ def test_resume_from_checkpoint_starts_a_new_folder_from_a_given_checkpoint(tiny
 
 def test_small_preference_sets_still_report_accuracy_or_say_why_not(tiny_models, tmp_path):
     common = ["--model_name_or_path", tiny_models["policy"], "--max_steps", "2", "--per_device_train_batch_size", "2",
-              "--save_steps", "2"]
+              "--save_steps", "2", "--logging_steps", "1"]
     small = tiny.write_jsonl(tmp_path / "small.jsonl", tiny.orca_rows(12))
     out = tmp_path / "rm_small"
     result = run_script("train_reward_model.py", *common, "--dataset_name", small, "--output_dir", out)
@@ -110,11 +146,16 @@ def test_small_preference_sets_still_report_accuracy_or_say_why_not(tiny_models,
     assert "8 training pairs, 4 held out (a tenth of the 12 pairs" in result.stdout
     assert json.loads((out / "reward_accuracy.json").read_text())["num_pairs"] == 4
 
-    # The finished reward model continues to a higher --max_steps too.
+    # The finished reward model continues to a higher --max_steps too, at the rate of a 3-step schedule (one step
+    # of warm-up, as --warmup_steps 0.05 gives): the new step trains.
     result = run_script("train_reward_model.py", *common[:2], "--max_steps", "3", *common[4:],
                         "--dataset_name", small, "--output_dir", out)
     assert_ok(result)
     assert json.loads((out / "run_manifest.json").read_text())["global_step"] == 3
+    assert_new_steps_follow_the_new_schedule(scalars(out)["train/learning_rate"], 3,
+                                             scheduled_rates("cosine", 2e-5, 3, warmup=1))
+    before, after = weights(out / "checkpoint-2" / "model.safetensors"), weights(out / "model.safetensors")
+    assert any(not torch.equal(before[name], after[name]) for name in before.keys() & after.keys())
 
     tiny_set = tiny.write_jsonl(tmp_path / "tiny.jsonl", tiny.orca_rows(6))
     out = tmp_path / "rm_tiny"

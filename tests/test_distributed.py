@@ -131,6 +131,9 @@ def test_ctrl_c_on_torchrun_stops_both_processes_at_one_checkpoint_and_the_rerun
     assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
     # Both processes stopped after the same step: each saved its random state into that one checkpoint.
     assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+    # ... and its generation buffer, which the resumed run trains on until the next generation.
+    buffers = {p.name for p in checkpoint.glob("grpo_generation_*.pt")}
+    assert buffers == {"grpo_generation_0.pt", "grpo_generation_1.pt"}
     assert not (out / "model.safetensors").exists()
 
     result = run_script("train_grpo.py", *args, processes=2)
@@ -139,3 +142,21 @@ def test_ctrl_c_on_torchrun_stops_both_processes_at_one_checkpoint_and_the_rerun
     run = manifest(out)
     assert run["global_step"] == 30 and run["finished_at"]
     assert [launch["resumed_from"] for launch in run["launches"]] == [None, str(checkpoint)]
+
+
+def test_grpo_on_two_processes_resumed_inside_a_generation_block_trains_what_one_run_trains(tiny_models, tmp_path):
+    from safetensors.torch import load_file
+
+    # As tests/test_interruption.py's one-process test: 2 steps per generation, 2 generations per pass over the
+    # prompts; the resume at step 5 is in the second pass, where each process's sampler must draw that pass's order.
+    def args(out):
+        return grpo_args(tiny_models, out, "--max_steps", "7", "--prompts_per_generation", "4", "--max_samples", "8",
+                         "--save_steps", "1", "--save_total_limit", "10", "--lr_scheduler_type", "constant",
+                         "--learning_rate", "1e-2")
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert_ok(run_script("train_grpo.py", *args(whole), processes=2))
+    assert_ok(run_script("train_grpo.py", *args(resumed), "--resume_from_checkpoint", whole / "checkpoint-5",
+                         processes=2))
+    expected, weights = load_file(whole / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert all(torch.equal(expected[name], weights[name]) for name in expected)

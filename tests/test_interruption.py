@@ -111,3 +111,34 @@ def test_a_run_whose_step_cannot_end_stops_on_sigterm_in_one_line(tiny_models, t
     assert "Traceback" not in stderr, stderr[-3000:]
     assert said.format(out=out) in stdout
     assert not (out / "model.safetensors").exists()
+
+
+def final_weights(output_dir):
+    from safetensors.torch import load_file
+
+    return load_file(output_dir / "model.safetensors")
+
+
+def test_a_grpo_run_resumed_or_continued_inside_a_generation_block_trains_what_one_run_trains(tiny_models, tmp_path):
+    # 2 optimizer steps per generation and 2 generations per pass over the 8 prompts: steps 1-2 and 3-4 are the first
+    # pass, 5-6 and 7 the second. A constant rate, so that a run continued to a higher --max_steps keeps its schedule.
+    def args(out, max_steps):
+        return grpo_args(tiny_models, out, "--max_steps", max_steps, "--prompts_per_generation", "4",
+                         "--max_samples", "8", "--save_steps", "1", "--save_total_limit", "10",
+                         "--lr_scheduler_type", "constant", "--learning_rate", "1e-2")
+
+    whole = tmp_path / "whole"
+    assert_ok(run_script("train_grpo.py", *args(whole, 7)))
+    expected = final_weights(whole)
+
+    # Continued from step 3, the first step of the second generation (its other half was never trained on).
+    continued = tmp_path / "continued"
+    assert_ok(run_script("train_grpo.py", *args(continued, 3)))
+    assert_ok(run_script("train_grpo.py", *args(continued, 7)))
+    # Resumed from step 5, inside the first generation of the second pass over the prompts (step 7 draws the next).
+    resumed = tmp_path / "resumed"
+    assert_ok(run_script("train_grpo.py", *args(resumed, 7), "--resume_from_checkpoint", whole / "checkpoint-5"))
+    for run in (continued, resumed):
+        weights = final_weights(run)
+        differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
+        assert not differ, f"{run.name}: {len(differ)} of {len(expected)} tensors differ from one uninterrupted run"

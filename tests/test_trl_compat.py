@@ -339,3 +339,100 @@ def test_grpo_and_ppo_draw_whole_batches_of_prompts_and_drop_the_rest_of_each_pa
     trainer = tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=3)  # 4 prompts, rollouts of 3
     assert [len(batch["input_ids"]) for batch in trainer.get_train_dataloader()] == [3], (
         f"PPO's dataloader no longer drops the incomplete last rollout of a pass: re-check {hook}")
+
+
+# ---- ScheduleFromResumedStep ----
+
+
+def test_a_resumed_scheduler_keeps_the_new_schedule_and_the_first_step_gets_its_rate():
+    import torch
+    from transformers import TrainerControl, TrainerState, get_scheduler
+
+    from rlhf.trl_compat import ScheduleFromResumedStep
+
+    Trainer, _ = trainer_classes()
+    hook = "ScheduleFromResumedStep"
+    assert_source(Trainer._prepare_for_training, "self.create_scheduler(num_training_steps=max_steps)",
+                  "self._load_optimizer_and_scheduler(resume_from_checkpoint)",
+                  assumption="the scheduler is built for this launch's length, then the checkpoint's state loaded",
+                  hook=hook)
+    assert_source(Trainer._inner_training_loop, "self._prepare_for_training(", "on_train_begin(",
+                  assumption="the optimizer and scheduler are restored before on_train_begin", hook=hook)
+
+    def trained(total, steps):
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        scheduler = get_scheduler("cosine", optimizer, num_warmup_steps=0, num_training_steps=total)
+        for _ in range(steps):
+            optimizer.step()
+            scheduler.step()
+        return optimizer, scheduler
+
+    finished, finished_schedule = trained(total=2, steps=2)  # a run of 2 steps, at its end
+    optimizer, scheduler = trained(total=6, steps=0)  # continued to 6: built anew, then the checkpoint loaded
+    optimizer.load_state_dict(finished.state_dict())
+    scheduler.load_state_dict(finished_schedule.state_dict())
+    assert optimizer.param_groups[0]["lr"] == 0.0, f"the restored optimizer no longer holds the old rate: {hook}"
+    ScheduleFromResumedStep().on_train_begin(None, TrainerState(), TrainerControl(), lr_scheduler=scheduler)
+    _, uninterrupted = trained(total=6, steps=2)
+    assert scheduler.last_epoch == 2, f"the scheduler is no longer at the checkpoint's step: re-check {hook}"
+    assert optimizer.param_groups[0]["lr"] == scheduler.get_last_lr()[0] == uninterrupted.get_last_lr()[0] == 0.75
+
+
+# ---- ResumableGRPOTrainer ----
+
+
+def test_grpo_buffers_a_generation_by_a_pass_counter_that_it_never_saves():
+    from trl import GRPOTrainer
+
+    hook = "ResumableGRPOTrainer (_save_checkpoint, restore_generation)"
+    assert_source(GRPOTrainer.__init__, "self._step = 0", "self._buffered_inputs = None",
+                  assumption="GRPOTrainer counts passes in _step and buffers a generation in _buffered_inputs",
+                  hook=hook)
+    assert_source(GRPOTrainer.training_step, "self._step += 1", assumption="each pass adds 1 to _step", hook=hook)
+    assert_source(GRPOTrainer._prepare_inputs, "if self._step % generate_every == 0 or self._buffered_inputs is None",
+                  "self._buffered_inputs = ",
+                  "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]",
+                  assumption="a pass generates when _step is a multiple of the block, else trains on a buffered slice",
+                  hook=hook)
+    assert_source(GRPOTrainer._save_checkpoint, "super()._save_checkpoint(model, trial)",
+                  assumption="GRPOTrainer saves through Trainer._save_checkpoint (trainer_state.json last)", hook=hook)
+    for name in ("self._step", "self._buffered_inputs"):
+        assert name not in inspect.getsource(GRPOTrainer._save_checkpoint), (
+            f"GRPOTrainer now saves {name} itself: drop that part of {hook}")
+
+
+def test_each_pass_over_the_prompts_gets_the_order_of_that_pass_in_an_uninterrupted_run():
+    from transformers import Trainer
+    from trl import GRPOTrainer
+    from trl.trainer.utils import RepeatSampler
+
+    from rlhf.trl_compat.grpo import EpochRepeatSampler
+
+    hook = "EpochRepeatSampler"
+    assert_source(GRPOTrainer._get_train_sampler, "return RepeatSampler(", "seed=self.args.seed",
+                  assumption="GRPO's train sampler is a RepeatSampler seeded with args.seed", hook=hook)
+    assert_source(RepeatSampler.__iter__, "torch.randperm(self.num_samples, generator=self.generator)",
+                  assumption="RepeatSampler draws one permutation per pass from its generator", hook=hook)
+    assert_source(Trainer._run_epoch, "train_dataloader.set_epoch(epoch)", "iter(train_dataloader)",
+                  "self.state.epoch = epoch + (step + 1) / steps_in_epoch",
+                  assumption="each pass calls set_epoch(epoch) before drawing batches; state.epoch counts passes",
+                  hook=hook)
+    assert_source(Trainer._inner_training_loop, "for epoch in range(epochs_trained, num_train_epochs):",
+                  "on_epoch_begin(", "self._run_epoch(",
+                  assumption="on_epoch_begin comes before each pass's batches are drawn", hook="_SamplerPass")
+
+    def sampler():
+        return RepeatSampler(list(range(8)), mini_repeat_count=2, batch_size=4, repeat_count=2, seed=3)
+
+    uninterrupted = sampler()
+    passes = [list(uninterrupted) for _ in range(3)]
+    assert passes[0] != passes[2]
+    resumed = EpochRepeatSampler(sampler())  # a run resumed in pass 2
+    resumed.set_epoch(2)
+    assert list(resumed) == passes[2], f"pass 2 of a resumed run is not pass 2 of an uninterrupted one: {hook}"
+    fresh = EpochRepeatSampler(sampler())
+    orders = []
+    for epoch in range(3):
+        fresh.set_epoch(epoch)
+        orders.append(list(fresh))
+    assert orders == passes and len(fresh) == len(uninterrupted)

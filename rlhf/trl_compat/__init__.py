@@ -10,8 +10,10 @@ Here:
   flags (plotting, --help) start in a second instead of importing every trainer;
 - `check_trl_version()`: anything but the pinned release is refused in one line;
 - the warning filters for notices that every run would print;
-- `close_progress_bar(trainer)`: transformers closes its progress bar only when training ends normally.
+- `close_progress_bar(trainer)`: transformers closes its progress bar only when training ends normally;
+- `ScheduleFromResumedStep`: a resumed or continued run trains its first step at its own schedule's rate.
 
+In `rlhf/trl_compat/grpo.py`: `ResumableGRPOTrainer`, TRL's `GRPOTrainer` resumed inside a generation block too.
 In `rlhf/trl_compat/ppo.py` (imported when PPO is used): `PPOTrainerHooks`, TRL's `PPOTrainer` with named hook
 points for what `rlhf/ppo.py` adds (files in a checkpoint, resume, the completions generated, the KL coefficient).
 """
@@ -49,11 +51,13 @@ def _silence_known_warnings():
 
 _silence_known_warnings()
 
+from transformers import TrainerCallback  # noqa: E402
 from trl import TrlParser  # noqa: E402 (after the filters: importing TRL can warn)
 
 _WHERE = {
     "GRPOConfig": "trl",
     "GRPOTrainer": "trl",
+    "ResumableGRPOTrainer": "rlhf.trl_compat.grpo",
     "RewardConfig": "trl",
     "RewardTrainer": "trl",
     "PPOConfig": "trl.experimental.ppo",
@@ -61,7 +65,7 @@ _WHERE = {
     "PPOTrainerHooks": "rlhf.trl_compat.ppo",
 }
 
-__all__ = ["TRL_VERSION", "TrlParser", "check_trl_version", "close_progress_bar", *_WHERE]
+__all__ = ["TRL_VERSION", "ScheduleFromResumedStep", "TrlParser", "check_trl_version", "close_progress_bar", *_WHERE]
 
 
 def __getattr__(name):
@@ -87,3 +91,23 @@ def close_progress_bar(trainer):
         if bar is not None:
             bar.close()
             callback.training_bar = None
+
+
+class ScheduleFromResumedStep(TrainerCallback):
+    """Sets the learning rate of a resumed run's first step from the schedule of this launch's length.
+
+    Every trainer here builds its scheduler for the length it is launched with, then loads the checkpoint's
+    scheduler and optimizer states over it (transformers before `on_train_begin`, `ResumablePPOTrainer.resume`
+    before `train()`). A `LambdaLR` keeps the new schedule (its lambdas are not saved), but the optimizer comes back
+    with the rate the old schedule gave for the next step: continuing a finished run to a higher length, that is
+    the old schedule's end (0 for cosine or linear), and the first new step would not train. Stepping the scheduler
+    back one and forward again recomputes the current step's rate from the new schedule; after a plain resume it is
+    the rate already there.
+    """
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        from torch.optim.lr_scheduler import LambdaLR
+
+        if isinstance(lr_scheduler, LambdaLR) and lr_scheduler.last_epoch > 0:  # restored from a checkpoint
+            lr_scheduler.last_epoch -= 1
+            lr_scheduler.step()  # sets the optimizer's rate to the schedule's at last_epoch

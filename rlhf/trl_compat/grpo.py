@@ -1,0 +1,122 @@
+"""TRL 1.12's `GRPOTrainer`, resumed exactly where it stopped, also inside a generation block.
+
+TRL generates the completions of `steps_per_generation` x `num_iterations` forward/backward passes at once,
+keeps them in `_buffered_inputs`, and trains each pass on the slice `_step % steps_per_generation` of that buffer,
+generating afresh when `_step` (the passes since the trainer was built) is a multiple of the block. It saves
+neither: resumed, `_step` starts at 0 with no buffer, so the first pass after the checkpoint generates again (a
+second sample for a block already half trained on) and every later block is shifted. And its `RepeatSampler`
+draws each pass over the prompts from one generator seeded once, so a run resumed in a later pass over the prompts
+gets the first pass's order again.
+
+`ResumableGRPOTrainer` saves the buffer and `_step` in each checkpoint (before `trainer_state.json`, which marks a
+checkpoint complete), puts them back on resume, and gives the sampler the `set_epoch` that accelerate calls before
+each pass (and a callback, where accelerate's call does not reach it): a resumed or continued run trains what one
+uninterrupted run trains. `tests/test_trl_compat.py` pins each assumption.
+"""
+
+import logging
+import math
+from pathlib import Path
+
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from rlhf.trl_compat import check_trl_version
+
+check_trl_version()
+
+from trl import GRPOTrainer  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+
+def generation_state_file(process_index):
+    """The file in a checkpoint that holds one process's generation buffer (each process generates its own)."""
+    return f"grpo_generation_{process_index}.pt"
+
+
+class ResumableGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer whose checkpoints hold the generation being trained on, and whose resume puts it back."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_sampler = None  # built by train()
+        self.add_callback(_SamplerPass(self))
+
+    def _save_checkpoint(self, model, trial):
+        """Each process saves its own buffer first: transformers writes trainer_state.json last."""
+        import torch
+
+        checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        state = {"step": self._step, "buffered_inputs": self._buffered_inputs}
+        torch.save(state, checkpoint / generation_state_file(self.args.process_index))
+        super()._save_checkpoint(model, trial)
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        if resume_from_checkpoint and not isinstance(resume_from_checkpoint, bool):  # the scripts pass the path
+            self.restore_generation(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def restore_generation(self, checkpoint):
+        """Put back the generation buffer and pass counter saved in `checkpoint`: the next pass trains on the slice
+        an uninterrupted run would, and the next generation comes where it would have."""
+        import torch
+        from accelerate.utils import send_to_device
+
+        path = Path(checkpoint) / generation_state_file(self.args.process_index)
+        if not path.exists():  # a checkpoint written by an earlier version of this package
+            logger.warning("%s has no saved generation: the first step resumed generates afresh (TRL's own resume), "
+                           "so it does not train what an uninterrupted run would", path)
+            return
+        # weights_only: tensors, numbers and lists, nothing is unpickled beyond that. Loaded on the CPU first: under
+        # torchrun on CPUs the tensors are tagged "cpu:0", which torch.load cannot map to a device.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        self._step = state["step"]
+        self._buffered_inputs = send_to_device(state["buffered_inputs"], self.accelerator.device)
+
+    def _get_train_sampler(self, dataset=None):
+        self.train_sampler = EpochRepeatSampler(super()._get_train_sampler(dataset))
+        return self.train_sampler
+
+
+class _SamplerPass(TrainerCallback):
+    """Tells the train sampler which pass over the prompts begins. accelerate's `set_epoch` does not reach it in a
+    multi-process run resumed mid-pass (through transformers' skip, accelerate's shard and torch's batch sampler),
+    which then drew the first pass's order again. `state.epoch` at a pass's start is its index (a resumed run's is
+    the checkpoint's: passes done, plus a fraction)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        if self.trainer.train_sampler is not None:
+            self.trainer.train_sampler.set_epoch(math.floor(state.epoch or 0))
+
+
+class EpochRepeatSampler:
+    """TRL's `RepeatSampler` whose pass `epoch` draws the order that pass draws in an uninterrupted run.
+
+    TRL's sampler draws one permutation per pass from a generator seeded once (its `generator`, `seed`, `shuffle`,
+    `num_samples`). accelerate calls `set_epoch` before each pass (transformers before the pass a resumed run starts
+    in), which here seeds the generator again and draws the `epoch` permutations before it.
+    """
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        return iter(self.sampler)
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def set_epoch(self, epoch):
+        import torch
+
+        sampler = self.sampler
+        if not sampler.shuffle or sampler.seed is None:
+            return
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(epoch):
+            torch.randperm(sampler.num_samples, generator=sampler.generator)
