@@ -9,7 +9,7 @@ Every field of TRL's `GRPOConfig` (and of `transformers.TrainingArguments`) is a
 from dataclasses import dataclass, field
 
 from rlhf.models import DEFAULT_LORA_TARGETS
-from rlhf.run import launched_processes
+from rlhf.processes import launched_processes
 
 
 @dataclass

@@ -328,7 +328,7 @@ def batch_shape(name, command, cuda):
     import config as script_config
     from config import GRPOTrainingConfig, ModelArguments, PPOTrainingConfig, PromptDataArguments, RewardArguments
     from rlhf.cli import parse_args as parse_script_args
-    from rlhf.run import launched_processes
+    from rlhf.processes import launched_processes
 
     flags, dropping = [], False
     for part in command[2:]:

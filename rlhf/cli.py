@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
-from rlhf.run import release_locks
+from rlhf.lock import release_locks
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
 

@@ -301,16 +301,16 @@ class ReportNotWritten(UserError):
 def save_report(output_file, report):
     """Write the report atomically (a crash never leaves half a file). Should writing fail after all (a full disk),
     the results go to the temporary folder instead and the error says where: they are never lost."""
-    from rlhf.run import _write_json
+    from rlhf.run import write_json
 
     path = Path(output_file).expanduser()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(path, report)
+        write_json(path, report)
     except OSError as error:
         handle, fallback = tempfile.mkstemp(prefix=f"{path.stem}_", suffix=".json")
         os.close(handle)
-        _write_json(Path(fallback), report)
+        write_json(Path(fallback), report)
         raise ReportNotWritten(f"cannot write --output_file {output_file} ({error.strerror or error}); the results "
                                f"were saved to {fallback} instead") from None
 

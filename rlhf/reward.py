@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from rlhf.errors import NonFiniteError, UserError, first_line
-from rlhf.run import is_main_process
+from rlhf.processes import is_main_process
 from rlhf.models import (adapter_base, check_model_source, load_sequence_classifier, loadable, model_config,
                          tokenizer_source)
 

@@ -1,29 +1,26 @@
-"""The output folder of a run: safety checks, run manifest, checkpoint discovery, the lock that keeps it to one run.
+"""The output folder of a run: what a launch does with it, the run manifest, checkpoint discovery.
 
-Nothing here deletes anything of the user's. The manifest (`run_manifest.json`) says what produced the folder: the
+Nothing here deletes anything of the user's; `rlhf.lock` keeps a folder to one run. The manifest (`run_manifest.json`) says what produced the folder: the
 configuration, what `auto` and the machine resolved it to, library versions and git commit; each re-launch (resume)
 is appended to it, and each checkpoint keeps a copy, so that a checkpoint carries the settings that produced it.
 """
 
-import atexit
 import dataclasses
 import json
 import os
 import platform
 import re
-import socket
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from rlhf.errors import NothingToDo, UserError
+from rlhf.lock import lock_output_dir, make_folder, release_locks
+from rlhf.processes import is_main_process, launched_processes
 
 MANIFEST = "run_manifest.json"
-LOCK = "run.lock"
-_held = {}  # the locks this process holds: lock path -> the outermost folder created for it (None: it was there)
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
 # Files a run writes at the top of output_dir (save_pretrained, TRL's model card, Trainer's args). In a folder
@@ -242,145 +239,6 @@ def _describe(changes):
     return ", ".join(f"--{flag} {new} (the run has {old})" for flag, (old, new) in changes.items())
 
 
-def launched_processes():
-    """How many processes torchrun / accelerate launch started (1 for a plain `python script.py`)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def is_main_process():
-    """False in the other processes of a multi-process launch (torchrun / accelerate launch set RANK)."""
-    return os.environ.get("RANK", "0") == "0"
-
-
-def lock_output_dir(output_dir):
-    """Hold `output_dir` for this run until it ends (`release_locks`), so that two runs never write one folder.
-
-    The lock is a file created with O_CREAT | O_EXCL (atomic on every OS) that names its holder: PID, host, start
-    time, command. A lock whose process is gone (killed, machine restarted) is taken over, saying so; one held by a
-    live run, or by a run on another host (whose process cannot be checked from here), is refused in one line. The
-    processes of one torchrun / accelerate launch share it: the main process writes it, the others only check it.
-    """
-    folder = Path(output_dir)
-    path = folder / LOCK
-    if path in _held:
-        return
-    created = _make_folder(folder)
-    me = _lock_holder()
-    for _ in range(5):  # another launch may take or drop the lock between our look and our write
-        holder = _read_lock(path)
-        if holder is not None and holder.get("launch") == me["launch"]:  # this process's, or its launch's
-            if is_main_process():
-                _held.setdefault(path, created)
-            return
-        if holder is not None and _alive(holder):
-            where = "this host" if holder.get("host") == me["host"] else f"host {holder.get('host')}"
-            gone = "" if holder.get("host") == me["host"] else f"; if that run is gone, delete {path}"
-            raise UserError(
-                f"{folder} is in use by another run (PID {holder.get('pid')} on {where}, started "
-                f"{holder.get('started_at')}); wait for it to finish, or choose another --output_dir{gone}"
-            )
-        if not is_main_process():
-            return
-        if holder is not None:
-            if _read_lock(path) != holder:
-                continue
-            path.unlink(missing_ok=True)
-            print(f"note: took over {path}, left by a run that is no longer running (PID {holder.get('pid')}, "
-                  f"started {holder.get('started_at')}).", flush=True)
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(me, file)
-        _held[path] = created
-        return
-    raise UserError(f"{folder} is being taken by other runs at this moment; choose another --output_dir")
-
-
-def release_locks():
-    """Drop the locks this process holds (and a folder it created for one that stayed empty). Safe to call again."""
-    while _held:
-        path, created = _held.popitem()
-        holder = _read_lock(path, wait=0)
-        if holder and holder.get("launch") == _launch_id():
-            path.unlink(missing_ok=True)
-        folder = path.parent
-        while created is not None:  # the folders this run created, innermost first, while they are empty
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-            if folder == created:
-                break
-            folder = folder.parent
-
-
-atexit.register(release_locks)  # for callers of main() outside `exit_on_user_error`, which releases them itself
-
-
-def _make_folder(folder):
-    """Create `folder` (and missing parents); return the outermost one created, or None. Unwritable: `UserError`."""
-    created = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write_test.{os.getpid()}"  # one per process when several are launched
-        probe.write_text("ok", encoding="utf-8")
-        probe.unlink()
-    except OSError as error:
-        raise UserError(f"cannot write to --output_dir {folder} ({error.strerror}); choose another folder") from None
-    return created
-
-
-def _lock_holder():
-    """This run as its lock names it."""
-    import psutil
-
-    return {"pid": os.getpid(), "host": socket.gethostname(), "launch": _launch_id(),
-            "process_started": psutil.Process().create_time(), "started_at": _now(),
-            "command": [Path(sys.argv[0]).name, *sys.argv[1:]]}
-
-
-def _launch_id():
-    """What the processes of one torchrun / accelerate launch share (its rendezvous), or this process alone."""
-    env = os.environ
-    if launched_processes() > 1:
-        return f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}/{env.get('TORCHELASTIC_RUN_ID')}"
-    return f"{socket.gethostname()}/{os.getpid()}"
-
-
-def _read_lock(path, wait=2.0):
-    """The holder a lock file names; None if there is none. A lock still empty after `wait` s (its writer died
-    between creating and writing it) reads as {}: nobody's."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            if time.monotonic() >= deadline:
-                return {}
-            time.sleep(0.1)
-
-
-def _alive(holder):
-    """Whether the lock's process still runs. On another host it cannot be checked: taken as alive."""
-    import psutil
-
-    if holder.get("host") != socket.gethostname():
-        return bool(holder)
-    try:
-        process = psutil.Process(int(holder["pid"]))
-        # The PID may have been reused by another program since: compare start times.
-        same = abs(process.create_time() - float(holder.get("process_started", process.create_time()))) < 1
-        return same and process.status() != psutil.STATUS_ZOMBIE
-    except (KeyError, TypeError, ValueError, psutil.NoSuchProcess):
-        return False
-    except psutil.Error:  # e.g. AccessDenied: a process is there
-        return True
-
-
 def resolved_settings(configs):
     """What `auto` and the machine make of the configs: the dtypes the policy and the reward model load in, the
     device type. Recorded in the manifest and compared on resume (`RESOLVED_COMPARED`)."""
@@ -426,7 +284,7 @@ def checkpoint_recorder():
             checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             manifest = read_manifest(args.output_dir)
             if is_main_process() and manifest and checkpoint.is_dir():
-                _write_json(checkpoint / MANIFEST, manifest)
+                write_json(checkpoint / MANIFEST, manifest)
 
     return CheckpointRecorder()
 
@@ -446,7 +304,7 @@ def record_launch(output_dir, script, configs, launch=None):
     flags it changed. An unwritable place is a `UserError`.
     """
     folder = Path(output_dir)
-    _make_folder(folder)
+    make_folder(folder)
     resolved = {**resolved_settings(configs), **_engine(configs)}
     if not is_main_process():
         return None
@@ -471,7 +329,7 @@ def record_launch(output_dir, script, configs, launch=None):
         "launches": launches,
         "finished_at": None,
     }
-    _write_json(folder / MANIFEST, manifest)
+    write_json(folder / MANIFEST, manifest)
     return manifest
 
 
@@ -481,10 +339,10 @@ def mark_finished(output_dir, **extra):
         return
     manifest = read_manifest(output_dir)
     manifest.update(finished_at=_now(), **extra)
-    _write_json(Path(output_dir) / MANIFEST, manifest)
+    write_json(Path(output_dir) / MANIFEST, manifest)
 
 
-def _write_json(path, data):
+def write_json(path, data):
     # Write then rename, so a crash never leaves a half-written manifest.
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")

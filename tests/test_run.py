@@ -4,8 +4,8 @@ from dataclasses import dataclass
 import pytest
 
 from rlhf.errors import NothingToDo, UserError
-from rlhf.run import (changed_flags, last_checkpoint, mark_finished, prepare_output_dir, read_manifest, record_launch,
-                      release_locks)
+from rlhf.lock import release_locks
+from rlhf.run import changed_flags, last_checkpoint, mark_finished, prepare_output_dir, read_manifest, record_launch
 
 
 @dataclass
