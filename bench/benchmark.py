@@ -119,6 +119,10 @@ def parse_args(argv=None):
         parser.error("--steps and --warmup_steps must be >= 1 (a step is timed from the previous one's end)")
     if (args.prompts_per_step * args.num_generations) % args.per_device_train_batch_size:
         parser.error("--per_device_train_batch_size must divide --prompts_per_step x --num_generations")
+    output = Path(args.output)
+    if output.is_dir() or not output.resolve().parent.is_dir():  # found out at the end, it would lose every figure
+        parser.error(f"--output {args.output} is a folder or in a folder that does not exist; give a JSON file path "
+                     "in an existing folder")
     return args
 
 

@@ -139,3 +139,12 @@ def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(
     assert flags_after(commands["grpo"][1], "--max_steps") == [str(2 * steps_per_generation)]
     assert flags_after(commands["ppo"][1], "--total_episodes") == [str(2 * GPU_PROMPTS_PER_GENERATION)]  # 2 rollouts
     assert not list(tmp_path.glob("rlhf_bench_*"))  # a dry run makes no work folder, not even a temporary one
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_run(tmp_path, capsys):
+    for output in (tmp_path, tmp_path / "no_such_folder" / "bench.json"):
+        with pytest.raises(SystemExit) as stop:
+            benchmark.parse_args(["--output", str(output)])
+        assert stop.value.code == 2 and f"--output {output} is a folder or in a folder that does not exist" in (
+            capsys.readouterr().err)
+    assert benchmark.parse_args(["--output", str(tmp_path / "bench.json")]).output == str(tmp_path / "bench.json")
