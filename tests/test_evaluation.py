@@ -313,3 +313,13 @@ def test_a_reward_model_that_scores_nan_ends_in_one_line(tiny_models, tmp_path, 
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert f"reward model {broken}" in error and "non-finite" in error
     assert not (tmp_path / "e.json").exists()
+
+
+def test_an_unfinished_runs_folder_names_its_latest_checkpoint(tiny_models, tmp_path, run_cli):
+    run = tmp_path / "grpo_run"
+    for step in (2, 4):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        (run / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    line = error_line(run_cli("evaluate_generations.py", *eval_args(tiny_models, tmp_path / "e.json", run)))
+    assert f"{run} holds no final model yet" in line
+    assert f"pass its latest, {run / 'checkpoint-4'}, to --model_path" in line
