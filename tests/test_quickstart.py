@@ -121,3 +121,18 @@ def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(t
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_an_output_dir_that_is_a_file_is_one_line_and_kept(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("quickstart_under_test", ROOT / "quickstart.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    monkeypatch.setattr("sys.argv", ["quickstart.py", "--tiny", "--output_dir", str(notes)])
+    try:
+        quickstart.main()
+    except SystemExit as stop:
+        code = stop.code
+    line = error_line(subprocess.CompletedProcess([], code, *capsys.readouterr()))
+    assert f"--output_dir {notes} is a file, not a folder" in line and notes.read_text() == "mine\n"
