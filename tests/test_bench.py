@@ -148,3 +148,15 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_run(tmp_path, ca
         assert stop.value.code == 2 and f"--output {output} is a folder or in a folder that does not exist" in (
             capsys.readouterr().err)
     assert benchmark.parse_args(["--output", str(tmp_path / "bench.json")]).output == str(tmp_path / "bench.json")
+
+
+def test_a_work_dir_holding_earlier_runs_is_refused_not_reported_again(tmp_path, capsys):
+    earlier = tmp_path / "work" / "grpo_0" / "output"  # a finished run there would have nothing to do
+    earlier.mkdir(parents=True)
+    with pytest.raises(SystemExit) as stop:
+        benchmark.main(["--model", "tiny", "--runs", "grpo", "--work_dir", str(tmp_path / "work"),
+                        "--output", str(tmp_path / "bench.json")])
+    assert stop.value.code == 2
+    assert f"--work_dir {tmp_path / 'work'} already holds runs of an earlier benchmark (grpo_0)" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "bench.json").exists() and not (tmp_path / "work" / "prompts").exists()
