@@ -31,7 +31,7 @@ from rlhf.evaluation import (Interrupted, ReportNotWritten, StopOnSignal, check_
                              format_table, generate, held_out_prompts, save_report, score, scoring_record, summarize)
 from rlhf.models import check_model_source, check_policy, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.reward import REWARD_HINT, reward_model_scorer
-from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
+from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
 from rlhf.run import LIBRARIES, versions
 
 
@@ -91,6 +91,7 @@ def evaluate(args, rewards, report, stop):
     for path in args.model_path[1:]:  # a model that cannot load fails now, not after the models before it ran
         load_tokenizer(path, args.trust_remote_code)
     dataset = load_rows(args.dataset_name, args.dataset_split)
+    check_reward_columns(rewards.reward_funcs, args.dataset_name, dataset.column_names)
     if len(dataset) <= args.train_samples:
         raise UserError(
             f"dataset {args.dataset_name} has {len(dataset)} rows, all within the first --train_samples "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.metrics import COLUMNS, UNITS, ema, find_runs, read_run, run_labels, write_csv
+from rlhf.metrics import COLUMNS, UNITS, ema, find_runs, is_metrics_csv, read_run, run_labels, write_csv
 
 DEFAULT_LOG_DIRS = ("./grpo_training_output", "./ppo_training_output")
 CORE_METRICS = ("loss", "learning_rate", "reward", "kl")  # always drawn, if only to say a run did not log them
@@ -107,6 +107,11 @@ def _check_outputs(output, table):
     for path, flag in ((output, "--output"), (table, "--csv")):
         if not Path(path).resolve().parent.is_dir():
             raise UserError(f"the folder of {flag} {path} does not exist; create it or choose another path")
+    if Path(table).is_dir():
+        raise UserError(f"--csv {table} is a folder; give a file path, e.g. {Path(table) / 'training_metrics.csv'}")
+    if Path(table).exists() and not is_metrics_csv(table):  # an earlier plot's table is replaced; a user's file not
+        raise UserError(f"--csv {table} exists and is not a table this script wrote; it is kept: give another path, "
+                        "or delete it first if it may go")
 
 
 def found_folder(files):

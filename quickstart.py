@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
+from rlhf.lock import lock_output_dir
 
 ROOT = Path(__file__).resolve().parent
 PREFERENCES = ROOT / "data" / "preferences.jsonl"
@@ -156,6 +157,8 @@ def main():
     # The tiny pipeline has folders of its own: its runs would stop the real one (trained with other settings).
     out = Path(args.output_dir or f"quickstart_output/{'tiny_' if args.tiny else ''}{args.task}_seed{args.seed}")
     out = out.resolve()
+    # One quickstart per folder: a second one would train into the first one's stages and ask for a new folder.
+    lock_output_dir(out)
     timings, begin = {}, time.perf_counter()
 
     print("=== models ===", flush=True)

@@ -51,6 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from rlhf.cli import exit_on_user_error  # noqa: E402 (light: argparse and rlhf.errors)
+from rlhf.errors import UserError  # noqa: E402
 
 PROBE = Path(__file__).resolve().parent / "probe"  # sitecustomize.py: peak memory per process
 RUNS = ("grpo_trl_settings", "trl_grpo", "grpo", "grpo_lora", "grpo_vllm", "grpo_vllm_lora", "trl_grpo_lora", "ppo",
@@ -119,6 +120,10 @@ def parse_args(argv=None):
         parser.error("--steps and --warmup_steps must be >= 1 (a step is timed from the previous one's end)")
     if (args.prompts_per_step * args.num_generations) % args.per_device_train_batch_size:
         parser.error("--per_device_train_batch_size must divide --prompts_per_step x --num_generations")
+    output = Path(args.output)
+    if output.is_dir() or not output.resolve().parent.is_dir():  # found out at the end, it would lose every figure
+        parser.error(f"--output {args.output} is a folder or in a folder that does not exist; give a JSON file path "
+                     "in an existing folder")
     return args
 
 
@@ -171,11 +176,17 @@ def main(argv=None):
                   f"{steps}, {plan['steps_per_generation']} per generation of {plan['prompts_per_generation']} "
                   f"prompts{skipped}\n  " + shlex.join(plan["command"]))
         return
+    per_repeat = len(plans) // args.repeats
+    folders = [work / ("".join(c if c.isalnum() or c in "_-." else "_" for c in plan["run"]) + f"_{i // per_repeat}")
+               for i, plan in enumerate(plans)]
+    taken = [folder.name for folder in folders if (folder / "output").exists()]
+    if taken:  # a finished run there has nothing to do: its old figures would be reported as new ones
+        raise UserError(f"--work_dir {work} already holds runs of an earlier benchmark ({', '.join(taken)}); give a "
+                        "new --work_dir, or delete those folders to measure them again")
     write_prompts(paths["prompts"], max(plan["prompts_needed"] for plan in plans))
-    results, per_repeat = [], len(plans) // args.repeats
-    for i, plan in enumerate(plans):
-        folder = "".join(c if c.isalnum() or c in "_-." else "_" for c in plan["run"]) + f"_{i // per_repeat}"
-        result = measure(plan, work / folder, args)
+    results = []
+    for i, (plan, folder) in enumerate(zip(plans, folders)):
+        result = measure(plan, folder, args)
         result["repeat"] = i // per_repeat
         results.append(result)
         print(format_progress(result), flush=True)

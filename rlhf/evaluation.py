@@ -5,6 +5,7 @@ The statistics are pure functions of lists of numbers, so they are unit-tested o
 unit every interval resamples: the completions of one prompt are not independent of each other.
 """
 
+import json
 import math
 import os
 import random
@@ -229,10 +230,10 @@ def score(funcs, weights, rows, completions):
 
 def format_table(results, comparison):
     """The terminal summary of an evaluation: one line per model, then the verifier's figures when it scored."""
-    wins = {c["model_path"]: c for c in comparison}
+    wins = [None, *comparison]  # by position: the same model may be given twice (a check that it ties)
     lines = [f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  win rate vs baseline"]
-    for r in results:
-        s, c = r["summary"], wins.get(r["model_path"])
+    for r, c in zip(results, wins):
+        s = r["summary"]
         corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
         win = "(baseline)" if c is None else (
             f"{c['win_rate']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}]  Δreward {c['mean_reward_delta']:+.3f}")
@@ -240,8 +241,8 @@ def format_table(results, comparison):
                      f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
     if results and "verifier_accuracy" in results[0]["summary"]:
         lines.append(f"\n{'model':<40} {'boxed':>6} {'accuracy [95% CI]':>20} {'timeouts':>9}  accuracy gain vs baseline")
-        for r in results:
-            s, c = r["summary"], wins.get(r["model_path"])
+        for r, c in zip(results, wins):
+            s = r["summary"]
             gain = "(baseline)" if c is None else (
                 f"{c['accuracy_delta']:+.1%} [{c['accuracy_delta_ci_low']:+.1%}, {c['accuracy_delta_ci_high']:+.1%}]")
             accuracy = (f"{s['verifier_accuracy']:.1%} [{s['verifier_accuracy_ci_low']:.0%}, "
@@ -274,11 +275,15 @@ def scoring_record(rewards, weights, reward_model_dtype):
 
 def check_writable(output_file):
     """Refuse, before any model loads, an `--output_file` the report could not be written to (found out only at
-    the end, it would throw the whole evaluation away). Missing folders are fine: they are made when it is written."""
+    the end, it would throw the whole evaluation away), or that is a file of the user's other than an earlier
+    report (replaced, it would be lost). Missing folders are fine: they are made when it is written."""
     path = Path(output_file).expanduser()
     if path.is_dir():
         raise UserError(f"--output_file {output_file} is a folder; give a file path, e.g. "
                         f"{path / 'evaluation_results.json'}")
+    if path.exists() and not is_report(path):
+        raise UserError(f"--output_file {output_file} exists and is not an evaluation report; it is kept: give "
+                        "another path, or delete it first if it may go")
     folder = path.parent
     while not folder.exists():
         folder = folder.parent
@@ -292,6 +297,15 @@ def check_writable(output_file):
                         "path or make that folder writable") from None
     os.close(handle)
     os.unlink(probe)
+
+
+def is_report(path):
+    """True when `path` holds an evaluation report (an earlier run's, which a new one replaces)."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and {"complete", "config", "models", "comparison"} <= report.keys()
 
 
 class ReportNotWritten(UserError):

@@ -90,6 +90,8 @@ atexit.register(release_locks)  # for callers of main() outside `exit_on_user_er
 def make_folder(folder):
     """Create `folder` (and missing parents); return the outermost one created, or None. Unwritable: `UserError`."""
     created = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
+    if folder.is_file():
+        raise UserError(f"--output_dir {folder} is a file, not a folder; choose a folder (it is made if missing)")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write_test.{os.getpid()}"  # one per process when several are launched

@@ -148,6 +148,15 @@ def write_csv(path, runs):
     return columns
 
 
+def is_metrics_csv(path):
+    """True when `path` holds a table `write_csv` wrote (an earlier plot's, which a new one replaces)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.readline().startswith("run,step,")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _number(value):
     """Shortest text that reads back as the logged value (TensorBoard stores float32: 0.1, not 0.10000000149)."""
     if value is None:

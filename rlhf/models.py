@@ -38,6 +38,13 @@ def check_model_source(name_or_path, what, flag, hint=""):
             check_model_source(base, f"base model of the adapter {name_or_path}",
                                f"base_model_name_or_path in {path / 'adapter_config.json'}")
         elif not (path / "config.json").is_file():
+            from rlhf.run import last_checkpoint
+
+            checkpoint = last_checkpoint(path)  # an unfinished training run: its final model is not saved yet
+            if checkpoint is not None:
+                raise UserError(f"{what} folder {name_or_path} holds no final model yet, only checkpoints (an "
+                                f"unfinished training run); pass its latest, {checkpoint}, to {flag}, or finish the "
+                                "training first (its command again resumes it)")
             raise UserError(f"{what} folder {name_or_path} has no config.json (nor adapter_config.json); point "
                             f"{flag} at a saved model{hint}")
     elif looks_like_local_path(name_or_path):

@@ -153,6 +153,15 @@ def check_reward_weights(weights, names):
         )
 
 
+def check_reward_columns(names, dataset_name, columns):
+    """Refuse, before any model loads, data the reward functions cannot score: `boxed_answer` needs each row's
+    reference answer (found out after generating, the generation would be thrown away)."""
+    if "boxed_answer" in names and not {"ground_truth", "answer"} & set(columns):
+        raise UserError(f"--reward_funcs boxed_answer needs each row's reference answer in a `ground_truth` (or GSM8K "
+                        f"`answer`) column; dataset {dataset_name} has {', '.join(sorted(columns))}: add one, or "
+                        "score with other --reward_funcs")
+
+
 def _load_math_verify():
     """Import math-verify now (a missing install fails before any model loads) and set up its parser."""
     try:

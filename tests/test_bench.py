@@ -139,3 +139,24 @@ def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(
     assert flags_after(commands["grpo"][1], "--max_steps") == [str(2 * steps_per_generation)]
     assert flags_after(commands["ppo"][1], "--total_episodes") == [str(2 * GPU_PROMPTS_PER_GENERATION)]  # 2 rollouts
     assert not list(tmp_path.glob("rlhf_bench_*"))  # a dry run makes no work folder, not even a temporary one
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_run(tmp_path, capsys):
+    for output in (tmp_path, tmp_path / "no_such_folder" / "bench.json"):
+        with pytest.raises(SystemExit) as stop:
+            benchmark.parse_args(["--output", str(output)])
+        assert stop.value.code == 2 and f"--output {output} is a folder or in a folder that does not exist" in (
+            capsys.readouterr().err)
+    assert benchmark.parse_args(["--output", str(tmp_path / "bench.json")]).output == str(tmp_path / "bench.json")
+
+
+def test_a_work_dir_holding_earlier_runs_is_refused_not_reported_again(tmp_path, capsys):
+    earlier = tmp_path / "work" / "grpo_0" / "output"  # a finished run there would have nothing to do
+    earlier.mkdir(parents=True)
+    with pytest.raises(SystemExit) as stop:
+        benchmark.main(["--model", "tiny", "--runs", "grpo", "--work_dir", str(tmp_path / "work"),
+                        "--output", str(tmp_path / "bench.json")])
+    assert stop.value.code == 2
+    assert f"--work_dir {tmp_path / 'work'} already holds runs of an earlier benchmark (grpo_0)" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "bench.json").exists() and not (tmp_path / "work" / "prompts").exists()

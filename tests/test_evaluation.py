@@ -9,7 +9,8 @@ import pytest
 from conftest import assert_ok, error_line, run_script, start_script, wait_for
 from rlhf import tiny
 from rlhf.errors import UserError
-from rlhf.evaluation import bootstrap_interval, compare, pearson, prompt_win_scores, rank_labels, summarize
+from rlhf.evaluation import (bootstrap_interval, check_writable, compare, format_table, pearson, prompt_win_scores,
+                             rank_labels, summarize)
 
 
 def test_ranks_best_medium_worst():
@@ -177,6 +178,35 @@ def test_evaluating_the_same_model_twice_is_a_tie(tiny_models, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (comparison,) = json.loads(out.read_text())["comparison"]
     assert comparison["win_rate"] == 0.5 and comparison["mean_reward_delta"] == 0  # same prompts, same seeds
+    name = str(tiny_models["policy"])[-40:]
+    baseline_row, other_row = [line for line in result.stdout.splitlines() if line.startswith(name)]
+    assert baseline_row.endswith("(baseline)") and "0.50" in other_row
+
+
+def test_table_marks_the_baseline_by_position_when_a_model_is_given_twice():
+    summary = {"mean_reward": 0.0, "std_reward": 0.0, "eos_rate": 1.0, "mean_length": 3.0,
+               "reward_length_correlation": None}
+    comparison = [{"model_path": "m", "win_rate": 0.5, "ci_low": 0.5, "ci_high": 0.5, "mean_reward_delta": 0.0}]
+    lines = format_table([{"model_path": "m", "summary": summary}] * 2, comparison).splitlines()
+    assert lines[-2].endswith("(baseline)") and lines[-1].endswith("0.50 [0.50, 0.50]  Δreward +0.000")
+
+
+def test_an_existing_file_is_replaced_only_when_it_is_an_earlier_report(tiny_models, tmp_path, run_cli):
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"my": "notes"}\n')
+    result = run_cli("evaluate_generations.py", *eval_args(tiny_models, notes, tiny_models["policy"]))
+    assert f"--output_file {notes} exists and is not an evaluation report; it is kept" in error_line(result)
+    assert notes.read_text() == '{"my": "notes"}\n'
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"complete": False, "config": {}, "models": [], "comparison": []}))
+    check_writable(earlier)  # an earlier run's report (even a partial one) is what a re-run replaces
+
+
+def test_boxed_answer_without_reference_answers_is_refused_before_any_model_loads(tiny_models, tmp_path, run_cli):
+    args = eval_args(tiny_models, tmp_path / "e.json", tiny_models["policy"], extra=("--reward_funcs", "boxed_answer"))
+    line = error_line(run_cli("evaluate_generations.py", *args))
+    assert "boxed_answer" in line and "`ground_truth`" in line and str(tiny_models["prompts"]) in line
+    assert not (tmp_path / "e.json").exists()
 
 
 @pytest.mark.parametrize("change, message", [
@@ -283,3 +313,13 @@ def test_a_reward_model_that_scores_nan_ends_in_one_line(tiny_models, tmp_path, 
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert f"reward model {broken}" in error and "non-finite" in error
     assert not (tmp_path / "e.json").exists()
+
+
+def test_an_unfinished_runs_folder_names_its_latest_checkpoint(tiny_models, tmp_path, run_cli):
+    run = tmp_path / "grpo_run"
+    for step in (2, 4):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        (run / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    line = error_line(run_cli("evaluate_generations.py", *eval_args(tiny_models, tmp_path / "e.json", run)))
+    assert f"{run} holds no final model yet" in line
+    assert f"pass its latest, {run / 'checkpoint-4'}, to --model_path" in line

