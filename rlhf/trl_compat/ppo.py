@@ -149,13 +149,17 @@ class PPOTrainerHooks(PPOTrainer):
         import torch
 
         checkpoint = Path(checkpoint)
-        # weights_only: these are plain tensors and numbers, nothing is unpickled beyond that.
-        optimizer = torch.load(checkpoint / OPTIMIZER_NAME, map_location=self.accelerator.device, weights_only=True)
-        self.optimizer.load_state_dict(optimizer)
-        self.lr_scheduler.load_state_dict(torch.load(checkpoint / SCHEDULER_NAME, weights_only=True))
+        def load(name):
+            # weights_only: plain tensors and numbers, nothing is unpickled beyond that. On the CPU: under torchrun on
+            # CPUs the tensors are tagged "cpu:0", which torch.load cannot map back; the optimizer moves its state
+            # to its parameters' device.
+            return torch.load(checkpoint / name, map_location="cpu", weights_only=True)
+
+        self.optimizer.load_state_dict(load(OPTIMIZER_NAME))
+        self.lr_scheduler.load_state_dict(load(SCHEDULER_NAME))
         self._load_rng_state(str(checkpoint))  # this process's own file in a multi-process run
         if (checkpoint / DATA_ORDER_FILE).exists():  # not in checkpoints of earlier versions of this package
-            self.dataloader.load_state(torch.load(checkpoint / DATA_ORDER_FILE, weights_only=True))
+            self.dataloader.load_state(load(DATA_ORDER_FILE))
 
     def start_at_batch(self, done):
         """Continue a run that stopped after `done` batches: train() runs only the batches left, and its step and
@@ -234,15 +238,20 @@ class _RecordedPasses:
 
     def skip_first(self, skip):
         """Draw the pass in flight again from its saved state, and leave out its first `skip` batches."""
+        import torch
+
         if not skip:
             return  # a pass had just ended: the next is drawn from the state restored
-        now = self._generator_state()
+        # torch's DataLoader also draws a base seed from the global generator at each pass: the checkpoint's global
+        # state comes after that draw, so it is put back too.
+        now, global_now = self._generator_state(), torch.get_rng_state()
         self._generator_state(self.pass_start if self.pass_start is not None else now)
         self.pass_start = self._generator_state()
         self._first_pass = iter(self.dataloader)
         for _ in range(skip):  # the first batch draws the order
             next(self._first_pass, None)
         self._generator_state(now)
+        torch.set_rng_state(global_now)
 
     def __iter__(self):
         if self._first_pass is not None:
