@@ -92,31 +92,6 @@ def completion_lengths(completions, stop_token_id):
     return torch.where(clipped, completions.shape[1], first_stop + 1), clipped
 
 
-class SkipFirstBatches:
-    """A dataloader whose first pass leaves out the first `skip` batches (the ones already trained on).
-
-    The first pass is drawn at once, before the checkpoint's RNG state is restored: the RNG is then where it was
-    when the interrupted run drew its first epoch, so in the first epoch the same batches are skipped. A run
-    interrupted in a later epoch gets a fresh shuffle of that epoch, of which the same number is skipped.
-    """
-
-    def __init__(self, dataloader, skip):
-        self.dataloader = dataloader
-        self.first_pass = iter(dataloader)
-        for _ in range(skip):
-            next(self.first_pass, None)
-
-    def __iter__(self):
-        if self.first_pass is not None:
-            iterator, self.first_pass = self.first_pass, None
-            return iterator
-        return iter(self.dataloader)
-
-    def __len__(self):
-        return len(self.dataloader)
-
-
-
 class ResumablePPOTrainer(PPOTrainerHooks):
     """TRL's PPOTrainer with adaptive KL, completion lengths in the logs, resume, and a saved value model.
 
@@ -182,10 +157,6 @@ class ResumablePPOTrainer(PPOTrainerHooks):
 
             set_peft_model_state_dict(self.trained_policy, load_file(checkpoint / "adapter_model.safetensors"))
         state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        done = state["global_step"]
-        dataloader = self.get_train_dataloader()
-        # Before the random state is restored (see SkipFirstBatches).
-        self.use_train_dataloader(SkipFirstBatches(dataloader, done % len(dataloader)))
         self.restore_optimizer_scheduler_and_rng(checkpoint)
         self.kl_coef = json.loads((checkpoint / PPO_STATE).read_text(encoding="utf-8"))["kl_coef"]
-        self.start_at_batch(done)
+        self.start_at_batch(state["global_step"])

@@ -160,3 +160,21 @@ def test_grpo_on_two_processes_resumed_inside_a_generation_block_trains_what_one
                          processes=2))
     expected, weights = load_file(whole / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert all(torch.equal(expected[name], weights[name]) for name in expected)
+
+
+def test_ppo_on_two_processes_resumed_inside_a_later_pass_trains_what_one_run_trains(tiny_models, tmp_path):
+    from test_interruption import final_weights
+
+    # Rollouts of 2 prompts (1 per process) from 4: 2 per pass; checkpoint-3 is one rollout into the second pass.
+    def args(out):
+        return ppo_args(tiny_models, out, "--total_episodes", "8", "--max_samples", "4",
+                        "--per_device_train_batch_size", "1", "--save_steps", "1", "--save_total_limit", "10",
+                        "--lr_scheduler_type", "constant", "--learning_rate", "1e-3")
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert_ok(run_script("train_ppo.py", *args(whole), processes=2))
+    assert_ok(run_script("train_ppo.py", *args(resumed), "--resume_from_checkpoint", whole / "checkpoint-3",
+                         processes=2))
+    expected, weights = final_weights(whole), final_weights(resumed)
+    differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
+    assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"

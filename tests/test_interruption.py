@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, assert_ok, grpo_args, run_script, script_command, start_script, wait_for
+from conftest import ROOT, assert_ok, grpo_args, ppo_args, run_script, script_command, start_script, wait_for
 from rlhf import tiny
 
 
@@ -114,9 +114,11 @@ def test_a_run_whose_step_cannot_end_stops_on_sigterm_in_one_line(tiny_models, t
 
 
 def final_weights(output_dir):
+    """Every tensor saved at the end of a run: the model or adapter, and PPO's value model."""
     from safetensors.torch import load_file
 
-    return load_file(output_dir / "model.safetensors")
+    return {f"{path.relative_to(output_dir)}:{name}": tensor for path in sorted(output_dir.glob("**/*.safetensors"))
+            if "checkpoint-" not in str(path.relative_to(output_dir)) for name, tensor in load_file(path).items()}
 
 
 def test_a_grpo_run_resumed_or_continued_inside_a_generation_block_trains_what_one_run_trains(tiny_models, tmp_path):
@@ -142,3 +144,38 @@ def test_a_grpo_run_resumed_or_continued_inside_a_generation_block_trains_what_o
         weights = final_weights(run)
         differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
         assert not differ, f"{run.name}: {len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
+
+
+# A constant rate and a checkpoint at every step, as above; each run resumes inside its second pass over the data.
+RESUMED_IN_A_LATER_PASS = {
+    # 8 prompts, rollouts of 4 (2 mini-batches of 2), 2 PPO epochs, adaptive KL: 2 rollouts per pass, 3 in all.
+    "ppo": ("train_ppo.py", 3, lambda models, out, steps: ppo_args(
+        models, out, "--total_episodes", 4 * steps, "--max_samples", "8", "--prompts_per_rollout", "4",
+        "--num_ppo_epochs", "2", "--target_kl", "0.001", "--kl_horizon", "10", "--learning_rate", "1e-3")),
+    "ppo-lora": ("train_ppo.py", 3, lambda models, out, steps: ppo_args(
+        models, out, "--total_episodes", 2 * steps, "--max_samples", "4", "--use_lora", "--learning_rate", "1e-3")),
+    # 8 pairs, 2 held out: 6 trained on in steps of 2 pairs, 3 steps per pass.
+    "reward": ("train_reward_model.py", 4, lambda models, out, steps: [
+        "--model_name_or_path", models["policy"], "--dataset_name", models["prompts"], "--max_samples", "8",
+        "--output_dir", out, "--max_steps", steps, "--per_device_train_batch_size", "2", "--eval_samples", "2",
+        "--warmup_steps", "0", "--learning_rate", "1e-3"]),
+}
+
+
+@pytest.mark.parametrize("case", RESUMED_IN_A_LATER_PASS)
+def test_a_ppo_or_reward_model_run_resumed_in_a_later_pass_trains_what_one_run_trains(tiny_models, tmp_path, case):
+    script, resume_at, case_args = RESUMED_IN_A_LATER_PASS[case]
+
+    def args(out, steps):
+        return [*case_args(tiny_models, out, steps), "--save_steps", "1", "--save_total_limit", "10",
+                "--lr_scheduler_type", "constant", "--seed", "0"]
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    steps = resume_at + 1
+    assert_ok(run_script(script, *args(whole, steps)))
+    assert_ok(run_script(script, *args(resumed, steps), "--resume_from_checkpoint", whole / f"checkpoint-{resume_at}"))
+    expected, weights = final_weights(whole), final_weights(resumed)
+    assert weights.keys() == expected.keys() and any(name.startswith("value_model") for name in expected) == (
+        script == "train_ppo.py")
+    differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
+    assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"

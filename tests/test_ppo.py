@@ -1,4 +1,4 @@
-"""`rlhf.ppo` as units: the adaptive KL maths, completion lengths, skipping trained batches, the tokenizer check.
+"""`rlhf.ppo` as units: the adaptive KL maths, completion lengths, the tokenizer check.
 
 The trainer itself (logging, checkpoints, resume) runs end to end in test_cli_ppo.py; what it assumes about TRL
 is pinned in test_trl_compat.py.
@@ -29,43 +29,6 @@ def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
     assert lengths.tolist() == [3, 1, 5] and clipped.tolist() == [False, False, True]
     lengths, clipped = completion_lengths(completions, None)  # no stop token: every completion runs to the end
     assert lengths.tolist() == [5, 5, 5] and clipped.all()
-
-
-def shuffled_loader():
-    from torch.utils.data import DataLoader
-
-    return DataLoader(list(range(10)), batch_size=2, shuffle=True)
-
-
-def batches(passes):
-    return [batch.tolist() for batch in passes]
-
-
-def test_skip_first_batches_leaves_out_the_trained_batches_of_the_first_pass_only():
-    import torch
-
-    from rlhf.ppo import SkipFirstBatches
-
-    torch.manual_seed(0)
-    interrupted_run = batches(shuffled_loader())  # the first epoch as the interrupted run drew it
-    torch.manual_seed(0)  # the random state at the start of both runs
-    resumed = SkipFirstBatches(shuffled_loader(), 2)
-    torch.manual_seed(1234)  # the checkpoint's random state, restored after the skip: the first pass is drawn already
-    assert len(resumed) == 5
-    assert batches(resumed) == interrupted_run[2:]
-    later = batches(resumed)  # the next epoch: all of it, freshly shuffled
-    assert len(later) == 5 and sorted(sum(later, [])) == list(range(10))
-
-
-def test_skip_first_batches_skips_nothing_after_a_whole_epoch():
-    import torch
-
-    from rlhf.ppo import SkipFirstBatches
-
-    torch.manual_seed(0)
-    expected = batches(shuffled_loader())
-    torch.manual_seed(0)
-    assert batches(SkipFirstBatches(shuffled_loader(), 0)) == expected
 
 
 def test_a_reward_model_with_another_tokenizer_is_refused_naming_both_and_the_way_out(tiny_models):

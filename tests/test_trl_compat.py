@@ -188,15 +188,35 @@ def test_train_reads_the_kl_coefficient_from_args_for_each_batch(hooks):
     assert hooks.args.kl_coef == 0.25
 
 
-def test_train_draws_its_batches_from_self_dataloader_pass_after_pass(hooks):
+def test_a_resumed_pass_over_the_prompts_is_drawn_again_in_its_order(hooks):
+    import torch
+
     _, PPOTrainer = trainer_classes()
+    hook = "PPOTrainerHooks._RecordedPasses"
     assert_source(PPOTrainer.train, "dataloader = self.dataloader", "yield from dataloader",
                   "for update in range(", "next(iter_dataloader)",
                   assumption="train() iterates self.dataloader (as it is when train() starts) pass after pass",
-                  hook="PPOTrainerHooks.use_train_dataloader")
-    replacement = object()
-    hooks.use_train_dataloader(replacement)
-    assert hooks.get_train_dataloader() is replacement
+                  hook=hook)
+    assert_source(PPOTrainer.__init__, "shuffle=True", assumption="the train DataLoader shuffles each pass", hook=hook)
+
+    def firsts(batches):
+        return [batch["input_ids"][:, 0].tolist() for batch in batches]
+
+    loader = hooks.get_train_dataloader()  # 4 prompts, 2 batches of 2 per pass
+    for _ in range(5):  # a few passes in: the pass in flight was drawn long after the first
+        list(loader)
+    in_flight = iter(loader)
+    next(in_flight)  # one batch of the sixth pass trained on, then a checkpoint
+    hooks._save_checkpoint(hooks.model, trial=None)
+    rest, following = firsts(in_flight), firsts(loader)
+
+    torch.manual_seed(1234)  # a new process, resumed from the checkpoint after 11 batches
+    hooks.optimizer.step()  # no gradients: changes nothing, but the scheduler expects it first
+    hooks.restore_optimizer_scheduler_and_rng(hooks.checkpoints[0][0])
+    hooks.start_at_batch(11)
+    assert firsts(loader) == rest, f"the resumed pass is not the rest of the one in flight: re-check {hook}"
+    assert firsts(loader) == following, f"the pass after it is not the one an uninterrupted run draws: re-check {hook}"
+    assert len(loader) == 2
 
 
 def test_a_rollout_of_several_mini_batches_takes_one_optimizer_step_per_mini_batch(tiny_models, tmp_path):

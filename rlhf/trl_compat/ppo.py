@@ -12,8 +12,8 @@ Hooks a subclass overrides (each does nothing here):
 What a subclass calls or reads:
 - `kl_coef`: the KL coefficient of the next batch (can be set);
 - `trained_policy`, `trained_value_model`, `value_model_state_dict()`;
-- `use_train_dataloader(dataloader)`: where train() draws its batches from;
-- `restore_optimizer_scheduler_and_rng(checkpoint)` and `start_at_batch(done)`: to resume a run.
+- `restore_optimizer_scheduler_and_rng(checkpoint)` and `start_at_batch(done)`: to resume a run, in the pass over
+  the prompts it stopped in, drawn in the same order (each checkpoint holds the random state the pass was drawn from).
 
 Saving also works under DDP here, which TRL 1.12 gets wrong (trl issue #2375), and so does LoRA (TRL 1.12 reads the
 reference policy through the DDP wrapper, see `_fix_lora_reference_under_ddp`), and so do rollouts of several
@@ -28,6 +28,8 @@ from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from rlhf.trl_compat import check_trl_version
+
+DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of the order of the prompts
 
 check_trl_version()  # another release breaks what follows in ways that no error message would explain
 
@@ -57,6 +59,7 @@ class PPOTrainerHooks(PPOTrainer):
             config.gradient_accumulation_steps = accumulation  # train() sizes its per-micro-batch statistics by it
         self.accelerator.gradient_accumulation_steps = accumulation
         self.accelerator.gradient_state.plugin_kwargs["sync_with_dataloader"] = False
+        self.dataloader = _RecordedPasses(self.dataloader)
         self._fix_lora_reference_under_ddp()
         # TRL generates inside train(), through the policy's own generate() (trl's `batch_generation`): wrapping it
         # on this policy object is the only way to see the completions.
@@ -140,32 +143,33 @@ class PPOTrainerHooks(PPOTrainer):
 
     # ---- Resuming ----
 
-    def use_train_dataloader(self, dataloader):
-        """Make train() draw its batches from `dataloader` (see `get_train_dataloader()` for the current one).
-
-        TRL's train() iterates `self.dataloader` as it is when train() starts, pass after pass, for as many batches
-        as it needs: `dataloader` needs `__iter__` (called once per pass) and `__len__`.
-        """
-        self.dataloader = dataloader
-
     def restore_optimizer_scheduler_and_rng(self, checkpoint):
-        """Load the optimizer, learning-rate scheduler and random states that transformers saved in `checkpoint`."""
+        """Load the optimizer, learning-rate scheduler and random states that transformers saved in `checkpoint`,
+        and the random states of the data order (ours)."""
         import torch
 
         checkpoint = Path(checkpoint)
-        # weights_only: these are plain tensors and numbers, nothing is unpickled beyond that.
-        optimizer = torch.load(checkpoint / OPTIMIZER_NAME, map_location=self.accelerator.device, weights_only=True)
-        self.optimizer.load_state_dict(optimizer)
-        self.lr_scheduler.load_state_dict(torch.load(checkpoint / SCHEDULER_NAME, weights_only=True))
+        def load(name):
+            # weights_only: plain tensors and numbers, nothing is unpickled beyond that. On the CPU: under torchrun on
+            # CPUs the tensors are tagged "cpu:0", which torch.load cannot map back; the optimizer moves its state
+            # to its parameters' device.
+            return torch.load(checkpoint / name, map_location="cpu", weights_only=True)
+
+        self.optimizer.load_state_dict(load(OPTIMIZER_NAME))
+        self.lr_scheduler.load_state_dict(load(SCHEDULER_NAME))
         self._load_rng_state(str(checkpoint))  # this process's own file in a multi-process run
+        if (checkpoint / DATA_ORDER_FILE).exists():  # not in checkpoints of earlier versions of this package
+            self.dataloader.load_state(load(DATA_ORDER_FILE))
 
     def start_at_batch(self, done):
         """Continue a run that stopped after `done` batches: train() runs only the batches left, and its step and
         episode counters continue from `done`.
 
         TRL's train() runs batches 1 to `args.num_total_batches` and zeroes the counters before `on_train_begin`,
-        where a callback puts them back.
+        where a callback puts them back. The rest of the pass over the prompts it stopped in comes first, in the
+        order that pass was drawn in: call it after `restore_optimizer_scheduler_and_rng`.
         """
+        self.dataloader.skip_first(done % len(self.dataloader))
         total = self.args.num_total_batches
         self.args.num_total_batches = total - done
         self.add_callback(_ContinueCounters(global_step=done, episode=done * self.args.batch_size, max_steps=total))
@@ -173,7 +177,12 @@ class PPOTrainerHooks(PPOTrainer):
     # ---- Saving ----
 
     def _save_checkpoint(self, model, trial):
+        import torch
+
         checkpoint = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save:  # the order is drawn alike in every process (see _RecordedPasses)
+            checkpoint.mkdir(parents=True, exist_ok=True)
+            torch.save(self.dataloader.state(), checkpoint / DATA_ORDER_FILE)
         self.save_extra_checkpoint_files(checkpoint)
         with self._without_ddp_wrapper():
             super()._save_checkpoint(model, trial)
@@ -194,6 +203,65 @@ class PPOTrainerHooks(PPOTrainer):
             yield
         finally:
             self.model = wrapped
+
+
+class _RecordedPasses:
+    """TRL's train dataloader, which keeps the random state that the order of the pass in flight was drawn from.
+
+    TRL's `DataLoader(shuffle=True)` draws a pass's order when the pass begins: from its sampler's generator, which
+    accelerate gives it (seeded alike in every process) in a multi-process run and calls `synchronized_generator`,
+    else one seed from torch's global generator. A run resumed inside a later pass must draw that pass again from
+    the state it was drawn from: the checkpoint's random state is where that pass left it.
+    """
+
+    def __init__(self, dataloader):
+        self.dataloader = dataloader
+        self.pass_start = None  # the order generator's state when the pass in flight began
+        self._first_pass = None  # the rest of the pass a resumed run stopped in
+
+    def _generator_state(self, state=None):
+        """The state of the generator that passes are drawn from; with `state`, set it first."""
+        import torch
+
+        generator = self.dataloader.synchronized_generator  # accelerate's name for the sampler's generator
+        if state is not None:
+            (generator.set_state if generator is not None else torch.set_rng_state)(state)
+        return generator.get_state() if generator is not None else torch.get_rng_state()
+
+    def state(self):
+        return {"pass_start": self.pass_start, "now": self._generator_state()}
+
+    def load_state(self, state):
+        """Put back `state()` as saved; then `skip_first` draws the pass in flight again."""
+        self.pass_start = state["pass_start"]
+        self._generator_state(state["now"])  # the sampler's generator is not in transformers' random states
+
+    def skip_first(self, skip):
+        """Draw the pass in flight again from its saved state, and leave out its first `skip` batches."""
+        import torch
+
+        if not skip:
+            return  # a pass had just ended: the next is drawn from the state restored
+        # torch's DataLoader also draws a base seed from the global generator at each pass: the checkpoint's global
+        # state comes after that draw, so it is put back too.
+        now, global_now = self._generator_state(), torch.get_rng_state()
+        self._generator_state(self.pass_start if self.pass_start is not None else now)
+        self.pass_start = self._generator_state()
+        self._first_pass = iter(self.dataloader)
+        for _ in range(skip):  # the first batch draws the order
+            next(self._first_pass, None)
+        self._generator_state(now)
+        torch.set_rng_state(global_now)
+
+    def __iter__(self):
+        if self._first_pass is not None:
+            iterator, self._first_pass = self._first_pass, None
+            return iterator
+        self.pass_start = self._generator_state()
+        return iter(self.dataloader)
+
+    def __len__(self):
+        return len(self.dataloader)
 
 
 class _ContinueCounters(TrainerCallback):
