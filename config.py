@@ -227,6 +227,10 @@ class _RunDefaults:
         metadata={"help": "Hide NaN/inf losses in the logs (off: a non-finite loss is shown and stops the run)."},
     )
 
+    # Whether the script hands the Trainer an evaluation set (PPO's: the sample completions it logs); without one
+    # --eval_strategy fails once the models have loaded.
+    EVAL_DATASET = False
+
     def __post_init__(self):
         if launched_processes() > 1 and not self.use_cpu and not _cuda_available():
             # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without use_cpu,
@@ -248,6 +252,15 @@ class _RunDefaults:
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"--max_steps must be >= 1 (or -1: train --num_train_epochs), got {self.max_steps}.")
         at_least(self, 0, "seed", "top_k")  # a negative seed fails in numpy, a negative top_k in generation
+        at_least(self, 1, "steps_per_generation")
+        if getattr(self, "epsilon", 1) <= 0:  # GRPO's clip range: a negative one trains silently
+            raise ValueError(f"--epsilon must be > 0, got {self.epsilon}.")
+        if getattr(self, "stop_token", "eos") not in ("eos", None):
+            raise ValueError(f"--stop_token {self.stop_token} is not supported; use eos (or none in a YAML config).")
+        strategy = getattr(self.eval_strategy, "value", self.eval_strategy)
+        if not self.EVAL_DATASET and strategy != "no":
+            raise ValueError(f"--eval_strategy {strategy} needs an evaluation set, which this script has none of; "
+                             "drop it (train_reward_model.py measures held-out accuracy after training).")
         if self.seed >= 2**32:
             raise ValueError(f"--seed must be below 2**32 (numpy's limit), got {self.seed}.")
         if self.output_dir is not None and not str(self.output_dir).strip():
@@ -392,6 +405,8 @@ class _PPOFields(_RunDefaults, RewardModelArguments):
     `num_ppo_epochs` passes over them in mini-batches of `per_device_train_batch_size x gradient_accumulation_steps
     x processes` prompts: one optimizer step each. Bigger rollouts batch generation; the update size stays.
     """
+
+    EVAL_DATASET = True
 
     output_dir: str = field(
         default="./ppo_training_output",

@@ -5,7 +5,7 @@ Run in-process (`run_cli`): each stops before any training, so a new Python proc
 
 import pytest
 
-from conftest import error_line, grpo_args, ppo_args
+from conftest import error_line, grpo_args, ppo_args, run_script
 from rlhf import tiny
 
 
@@ -269,6 +269,11 @@ def test_a_typo_in_a_local_folder_says_it_does_not_exist_and_what_was_meant(tiny
     ("train_ppo.py", ["--bf16"], "--bf16 needs a GPU with bfloat16 support"),
     ("train_grpo.py", ["--seed", "-1"], "--seed must be >= 0, got -1."),
     ("train_grpo.py", ["--top_k", "-5"], "--top_k must be >= 0, got -5."),
+    ("train_grpo.py", ["--epsilon", "-0.2"], "--epsilon must be > 0, got -0.2."),
+    ("train_grpo.py", ["--prompts_per_step", "0", "--steps_per_generation", "0"], "--steps_per_generation must be >="),
+    ("train_ppo.py", ["--stop_token", "foo"], "--stop_token foo is not supported; use eos"),
+    ("train_reward_model.py", ["--eval_strategy", "steps"], "--eval_strategy steps needs an evaluation set"),
+    ("train_grpo.py", ["--eval_strategy", "epoch"], "--eval_strategy epoch needs an evaluation set"),
 ])
 def test_a_value_that_fails_only_once_training_runs_is_refused_first(tiny_models, tmp_path, run_cli, monkeypatch,
                                                                       script, flags, message):
@@ -390,9 +395,11 @@ def test_a_classifier_of_several_outputs_as_the_ppo_value_model_is_refused(tiny_
     assert not (tmp_path / "out").exists()
 
 
-def test_a_file_that_is_not_parquet_is_one_line(tiny_models, tmp_path, run_cli):
+def test_a_file_that_is_not_parquet_is_one_line(tiny_models, tmp_path):
+    # In a new process: `datasets` logs the failure with its traceback attached, which in-process goes to whatever
+    # stream an earlier test left its logging handler on; a user's run shows one log line, then the error.
     data = tmp_path / "data.parquet"
     data.write_text("not a parquet file")
-    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--dataset_name", data)
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--dataset_name", data)
     assert f"cannot read dataset {data} (ArrowInvalid: " in error_line(result)
     assert not (tmp_path / "out" / "run_manifest.json").exists()
