@@ -82,6 +82,12 @@ class DatasetSource:
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to read."})
 
+    def __post_init__(self):
+        for name in ("dataset_name", "dataset_split"):
+            if not str(getattr(self, name) or "").strip():
+                raise ValueError(f"--{name} is empty; give a value (or drop the flag for its default).")
+        _next_post_init(self, DatasetSource)
+
 
 @dataclass
 class PromptFormat:
@@ -221,6 +227,10 @@ class _RunDefaults:
         metadata={"help": "Hide NaN/inf losses in the logs (off: a non-finite loss is shown and stops the run)."},
     )
 
+    # Whether the script hands the Trainer an evaluation set (PPO's: the sample completions it logs); without one
+    # --eval_strategy fails once the models have loaded.
+    EVAL_DATASET = False
+
     def __post_init__(self):
         if launched_processes() > 1 and not self.use_cpu and not _cuda_available():
             # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without use_cpu,
@@ -241,6 +251,24 @@ class _RunDefaults:
                 raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}.")
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"--max_steps must be >= 1 (or -1: train --num_train_epochs), got {self.max_steps}.")
+        at_least(self, 0, "seed", "top_k")  # a negative seed fails in numpy, a negative top_k in generation
+        at_least(self, 1, "steps_per_generation")
+        if getattr(self, "epsilon", 1) <= 0:  # GRPO's clip range: a negative one trains silently
+            raise ValueError(f"--epsilon must be > 0, got {self.epsilon}.")
+        if getattr(self, "stop_token", "eos") not in ("eos", None):
+            raise ValueError(f"--stop_token {self.stop_token} is not supported; use eos (or none in a YAML config).")
+        strategy = getattr(self.eval_strategy, "value", self.eval_strategy)
+        if not self.EVAL_DATASET and strategy != "no":
+            raise ValueError(f"--eval_strategy {strategy} needs an evaluation set, which this script has none of; "
+                             "drop it (train_reward_model.py measures held-out accuracy after training).")
+        if self.seed >= 2**32:
+            raise ValueError(f"--seed must be below 2**32 (numpy's limit), got {self.seed}.")
+        if self.output_dir is not None and not str(self.output_dir).strip():
+            raise ValueError("--output_dir is empty; give the folder the run writes to.")
+        if self.bf16 and not self.use_cpu and not _bf16_available():  # transformers' own refusal names no flag
+            raise ValueError("--bf16 needs a GPU with bfloat16 support, and this machine has none; drop --bf16 (or "
+                             "add --use_cpu for bf16 autocast on the CPU).")
+        _check_report_to(self.report_to)
         super().__post_init__()
 
 
@@ -377,6 +405,8 @@ class _PPOFields(_RunDefaults, RewardModelArguments):
     `num_ppo_epochs` passes over them in mini-batches of `per_device_train_batch_size x gradient_accumulation_steps
     x processes` prompts: one optimizer step each. Bigger rollouts batch generation; the update size stays.
     """
+
+    EVAL_DATASET = True
 
     output_dir: str = field(
         default="./ppo_training_output",
@@ -546,6 +576,31 @@ def _next_post_init(config, cls):
     following = getattr(super(cls, config), "__post_init__", None)
     if following is not None:
         following()
+
+
+def _check_report_to(report_to):
+    """Refuse a --report_to integration that is unknown or not installed: the Trainer would fail once models load."""
+    from transformers.integrations import integration_utils
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    installed = None
+    for name in names:
+        if name in ("all", "none"):
+            continue
+        if name not in integration_utils.INTEGRATION_TO_CALLBACK:
+            others = sorted(set(integration_utils.INTEGRATION_TO_CALLBACK) - {"tensorboard"})
+            raise ValueError(f"--report_to {name} is not supported; use one of tensorboard, none, all, "
+                             f"{', '.join(others)}.")
+        installed = installed if installed is not None else integration_utils.get_available_reporting_integrations()
+        if name not in installed and name != "flyte":  # flyte is never listed as available
+            raise ValueError(f"--report_to {name} needs its package, which is not installed: pip install it, or "
+                             "drop it (--report_to tensorboard is the default).")
+
+
+def _bf16_available() -> bool:
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    return is_torch_bf16_gpu_available() or is_torch_xla_available()
 
 
 def _cuda_available() -> bool:

@@ -23,7 +23,7 @@ from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_row
 from rlhf.guard import guarded_train
 from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
                          load_tokenizer, lora_config)
-from rlhf.reward import check_reward_model, ensure_distinct_pad
+from rlhf.reward import check_reward_model, check_value_model, ensure_distinct_pad
 from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
 
@@ -41,7 +41,7 @@ def main(model_args, data_args, training_args):
     policy = check_policy(policy_path, "--model_name_or_path", lengths, training_args.trust_remote_code)
     check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
     check_reward_model(reward_path, training_args.trust_remote_code)
-    check_model_source(value_path, "value model", "--value_model_path")
+    check_value_model(value_path, training_args.trust_remote_code)
     check_4bit(model_args.load_in_4bit)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)

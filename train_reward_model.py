@@ -54,6 +54,7 @@ def main(model_args, data_args, training_args):
         split = pairs.train_test_split(test_size=size, seed=training_args.seed)
         pairs, held_out = split["train"], split["test"]
     print(f"Schema '{schema}': {len(pairs)} training pairs, {size or 'none'} held out" + (f" ({note})." if note else "."))
+    train_dataset = tokenize_pairs(pairs, tokenizer, training_args.max_length)
 
     ################
     # Training
@@ -63,7 +64,7 @@ def main(model_args, data_args, training_args):
         model=str(trainable_model_path(model_args.model_name_or_path, training_args.output_dir,
                                        training_args.trust_remote_code)),
         args=training_args,
-        train_dataset=tokenize_pairs(pairs, tokenizer),
+        train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=lora_config(model_args, task_type="SEQ_CLS"),
     )

@@ -7,6 +7,7 @@ one line on stderr that names the value and the fix, with exit code 2 and no tra
 import argparse
 import difflib
 import functools
+import math
 import os
 import signal
 import sys
@@ -56,6 +57,9 @@ class Parser:
 
         self.parser = _Parser(dataclass_types, description=description, formatter_class=_HelpFormatter,
                               usage="python %(prog)s [--config FILE.yaml] [--flag value ...]")
+        for action in self.parser._actions:
+            if action.type is float:
+                action.type = _finite_float
         _describe_negations(self.parser)
         _group_help(self.parser)
         # Every name a flag answers to (its field name, `-` spellings, aliases such as evaluation's
@@ -70,6 +74,7 @@ class Parser:
             if arg == "--config" or arg.startswith("--config="):
                 path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else None)
                 config = _read_config(path, self.known)
+                _check_config_values(config, self.parser, path)
                 del args[i : i + (1 if "=" in arg else 2)]
                 break
         _check_flags(args, self.known)
@@ -190,6 +195,44 @@ def _read_config(path, known):
             raise UserError(f"unknown key '{key}' in {path}{_did_you_mean(name, known)}; see --help for names")
         normalized[known.get(name, name)] = value
     return normalized
+
+
+def _finite_float(text):
+    """argparse's `float` without nan and inf: no setting means either, and a NaN learning rate or reward weight
+    would fail (or train on NaN) only once training runs."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def _check_config_values(config, parser, path):
+    """Check a YAML value as argparse checks a flag's: a value that is not a string skips argparse's conversion, so a
+    list, a mapping or a null where a number goes would otherwise fail deep inside a config's checks."""
+    actions = {}
+    for action in parser._actions:
+        actions.setdefault(action.dest, action)
+    for dest, value in config.items():
+        action = actions.get(dest)
+        if action is None or action.type is None or isinstance(value, str):
+            continue  # a string is converted and checked by argparse, as a flag is
+        if value is None:
+            if action.default is None:
+                continue
+            raise UserError(f"{dest} is empty (null) in {path}; give it a value or delete the line")
+        listed = action.nargs in ("+", "*")
+        for item in value if isinstance(value, list) and listed else [value]:
+            try:
+                if isinstance(item, (list, dict)) or (isinstance(item, bool) and action.type in (int, _finite_float)):
+                    raise argparse.ArgumentTypeError("")
+                action.type(str(item))
+            except (argparse.ArgumentTypeError, ValueError, TypeError):
+                kind = {int: "integer", _finite_float: "number", str: "text"}.get(action.type, "value")
+                what = f"a {kind} or a list of them" if listed else f"one {kind}"
+                raise UserError(f"{dest}: {value!r} in {path} is not valid; give {what} there") from None
 
 
 def _check_flags(args, known):

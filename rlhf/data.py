@@ -80,22 +80,29 @@ def _read_errors(dataset_name):
     """Turn what `datasets` raises for an empty or malformed local dataset into one line naming it.
 
     An empty JSON file raises StopIteration, a header-only CSV or 0-row parquet a ValueError ("corresponds to no
-    data"), an empty saved dataset an IndexError, a malformed file a DatasetGenerationError.
+    data"), an empty saved dataset an IndexError, a malformed file a DatasetGenerationError (a file that is not
+    parquet at all an ArrowInvalid, before generation starts).
     """
     import datasets
+    import pyarrow
 
     try:
         yield
     except (StopIteration, IndexError):
         raise UserError(f"dataset {dataset_name} has no rows; check the file(s)") from None
     except ValueError as error:
-        if "corresponds to no data" not in str(error):
+        if "corresponds to no data" in str(error):
+            raise UserError(f"dataset {dataset_name} has no rows (a header alone, or an empty table)") from None
+        if not isinstance(error, pyarrow.ArrowException):
             raise
-        raise UserError(f"dataset {dataset_name} has no rows (a header alone, or an empty table)") from None
+        raise _unreadable(dataset_name, error) from None
     except datasets.exceptions.DatasetGenerationError as error:
-        cause = error.__cause__ or error
-        raise UserError(f"cannot read dataset {dataset_name} ({type(cause).__name__}: {first_line(cause)}); check "
-                        "that it is valid JSON lines, JSON, CSV or parquet") from None
+        raise _unreadable(dataset_name, error.__cause__ or error) from None
+
+
+def _unreadable(dataset_name, cause):
+    return UserError(f"cannot read dataset {dataset_name} ({type(cause).__name__}: {first_line(cause)}); check that "
+                     "it is valid JSON lines, JSON, CSV or parquet")
 
 
 def _pick_split(dataset_dict, split, dataset_name):
@@ -138,13 +145,26 @@ def detect_schema(columns):
 
 
 def check_filled(dataset, columns):
-    """Refuse a missing value (an empty CSV cell, a JSON null) in a column the prompts or pairs are built from: one
-    line naming the row, not a chat-template error from deep inside a map."""
-    for column in columns:
+    """Refuse a missing value (an empty CSV cell, a JSON null) or a value that is not text in a column the prompts
+    or pairs are built from (`system` too, which may be empty): one line naming the row, not a chat-template or
+    `str + int` error from deep inside a map. `prompt`, `chosen` and `rejected` may also be conversations."""
+    optional = ["system"] if "system" in dataset.column_names else []
+    for column in [*columns, *optional]:
         for number, value in enumerate(dataset[column], start=1):
-            if value is None:
+            if value is None and column not in optional:
                 raise UserError(f"row {number} of the dataset has no `{column}` (an empty cell or null); fill it in "
                                 "or delete the row")
+            messages = column in ("prompt", "chosen", "rejected")
+            if value is not None and not isinstance(value, str) and not (messages and _is_conversation(value)):
+                allowed = "text or a list of {role, content} messages" if messages else "text"
+                raise UserError(f"row {number} of the dataset has {type(value).__name__} {str(value)[:40]!r} in "
+                                f"`{column}`; it must be {allowed}: fix the column (one value per row)")
+
+
+def _is_conversation(value):
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list))
+        for m in value)
 
 
 def to_conversation(row, schema):

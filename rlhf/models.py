@@ -16,6 +16,11 @@ DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # the attention
 START_MODEL_DIR = "start_model"
 
 
+# The weights a model folder (False) or an adapter folder (True) holds: safetensors or PyTorch, whole or sharded.
+WEIGHT_FILES = {False: ("*.safetensors", "pytorch_model*.bin"),
+                True: ("adapter_model.safetensors", "adapter_model.bin")}
+
+
 def check_model_source(name_or_path, what, flag, hint=""):
     """Fail early on a local model that does not exist, is a file, or is a folder with no model in it.
 
@@ -24,6 +29,8 @@ def check_model_source(name_or_path, what, flag, hint=""):
     """
     from rlhf.bundled import gguf_folder, is_bundled
 
+    if not str(name_or_path or "").strip():  # Path("") is the current folder
+        raise UserError(f"{flag} is empty; give a {what} folder or a Hub id{hint}")
     if is_bundled(name_or_path) and not (Path(name_or_path) / "config.json").is_file():
         gguf_folder()  # a UserError naming the package to install when it is missing
         return
@@ -47,6 +54,10 @@ def check_model_source(name_or_path, what, flag, hint=""):
                                 "training first (its command again resumes it)")
             raise UserError(f"{what} folder {name_or_path} has no config.json (nor adapter_config.json); point "
                             f"{flag} at a saved model{hint}")
+        weights = WEIGHT_FILES[base is not None]
+        if not any(file for pattern in weights for file in path.glob(pattern)):
+            raise UserError(f"{what} folder {name_or_path} has a config but no weights ({' or '.join(weights)}); copy "
+                            f"its weights there, or point {flag} at a complete saved model{hint}")
     elif looks_like_local_path(name_or_path):
         raise UserError(f"{what} {name_or_path} does not exist{did_you_mean_path(name_or_path)}; check {flag}{hint}")
 
@@ -100,11 +111,19 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
     """The policy's tokenizer, padded on the left for generation, with a pad token (eos if it has none)."""
     from transformers import AutoTokenizer
 
+    source = tokenizer_source(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            tokenizer_source(name_or_path), padding_side=padding_side, trust_remote_code=trust_remote_code
-        )
-    except OSError as error:
+        tokenizer = AutoTokenizer.from_pretrained(source, padding_side=padding_side,
+                                                  trust_remote_code=trust_remote_code)
+    except Exception as error:
+        if Path(source).expanduser().is_dir():  # a local folder: its tokenizer files are missing or damaged
+            raise UserError(
+                f"cannot read the tokenizer of {name_or_path} ({type(error).__name__}: {first_line(error)}); its "
+                "tokenizer files (tokenizer.json, tokenizer_config.json) are missing or damaged: copy them from the "
+                "model it was trained from"
+            ) from None
+        if not isinstance(error, OSError):
+            raise
         raise UserError(
             f"cannot load model {name_or_path} ({first_line(error)}); offline, run `python quickstart.py` or pass "
             "a local folder, e.g. --model_name_or_path bundled/SmolLM2-135M-Instruct"

@@ -39,15 +39,23 @@ def render_for_reward(tokenizer, messages):
     return tokenizer.apply_chat_template(messages, tokenize=False).rstrip()
 
 
-def tokenize_pairs(pairs, tokenizer):
-    """`chosen_ids`/`rejected_ids` for TRL's RewardTrainer, tokenized exactly as `score_conversations` scores."""
+def tokenize_pairs(pairs, tokenizer, max_length=None):
+    """`chosen_ids`/`rejected_ids` for TRL's RewardTrainer, tokenized exactly as `score_conversations` scores.
+
+    TRL drops the pairs longer than `max_length` (--max_length); none left would fail in its data loader."""
 
     def ids(messages):
         return tokenizer(render_for_reward(tokenizer, messages), add_special_tokens=False)["input_ids"]
 
-    return pairs.map(
+    tokenized = pairs.map(
         lambda pair: {"chosen_ids": ids(pair["chosen"]), "rejected_ids": ids(pair["rejected"])}, desc="Tokenizing pairs"
     )
+    if max_length is not None and len(tokenized) and not any(
+            max(len(c), len(r)) <= max_length for c, r in zip(tokenized["chosen_ids"], tokenized["rejected_ids"])):
+        shortest = min(max(len(c), len(r)) for c, r in zip(tokenized["chosen_ids"], tokenized["rejected_ids"]))
+        raise UserError(f"every training pair is longer than --max_length {max_length} tokens (the shortest has "
+                        f"{shortest}); raise --max_length")
+    return tokenized
 
 
 def check_reward_model(path, trust_remote_code=False):
@@ -56,6 +64,20 @@ def check_reward_model(path, trust_remote_code=False):
     check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
     if adapter_base(path) is None:
         _check_classifier(path, model_config(path, trust_remote_code, "reward model"))
+    return path
+
+
+def check_value_model(path, trust_remote_code=False):
+    """PPO's value model starts from a reward model (its one output) or a causal LM (a new one-output head): a
+    classifier with several outputs cannot load into that head. Returns `path`."""
+    check_model_source(path, "value model", "--value_model_path")
+    config = model_config(path, trust_remote_code, "value model") if adapter_base(path) is None else None
+    architectures = (config.architectures or []) if config is not None else []
+    if any(a.endswith("ForSequenceClassification") for a in architectures) and config.num_labels != 1:
+        raise UserError(
+            f"value model {path} is a classifier with num_labels={config.num_labels}, and PPO's value head has one "
+            "output; give a reward model (num_labels=1) or a causal LM as --value_model_path, or drop the flag"
+        )
     return path
 
 

@@ -145,7 +145,12 @@ def _shown(value):
 
 
 def check_reward_weights(weights, names):
-    """One weight per reward function, or none at all (all 1)."""
+    """One weight per reward function, or none at all (all 1); each function named once (twice would count it
+    twice, under one name in the logs)."""
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UserError(f"--reward_funcs names {' '.join(twice)} more than once; name each function once (weigh it "
+                        "with --reward_weights)")
     if weights is not None and len(weights) != len(names):
         raise UserError(
             f"--reward_weights has {len(weights)} values for {len(names)} --reward_funcs ({' '.join(names)}); "

@@ -110,11 +110,14 @@ def _decide(folder, configs, resume_from_checkpoint):
             f"{folder} already holds {', '.join(clashes)}, not written by a run of this package; choose a new "
             "--output_dir (nothing there is ever overwritten unasked)"
         )
+    _check_same_script(manifest, configs, f"{folder} holds a run", "choose a new --output_dir")
     checkpoint = _checkpoint_to_resume(folder, resume_from_checkpoint)
     if checkpoint is None and not manifest.get("finished_at"):
         return Launch()  # nothing trained yet: any settings start afresh
     config, resolved = config_sections(configs), resolved_settings(configs)
     record = _checkpoint_record(folder, checkpoint)  # None: the checkpoint is the folder's own
+    _check_same_script(record, configs, f"--resume_from_checkpoint {checkpoint} comes from a run",
+                       "pass a checkpoint of this script's run, or drop the flag")
     changes = {}
     for settings in (manifest, record):
         if settings:
@@ -131,6 +134,18 @@ def _decide(folder, configs, resume_from_checkpoint):
         _check_continues(folder, manifest, changes, checkpoint)  # a finished run may have nothing to do
     _check_optimizer_state(checkpoint)
     return Launch(checkpoint, changes)
+
+
+def _check_same_script(settings, configs, owner, fix):
+    """Refuse a run or checkpoint of another script (a GRPO one given to PPO): its manifest lacks this script's
+    training config, and its files (trainer state, models) are not what this script resumes or continues."""
+    sections = (settings or {}).get("config") or {}
+    trainer = type(configs[-1]).__name__ if configs else None
+    if sections and trainer and trainer not in sections:
+        raise UserError(
+            f"{owner} of {settings.get('script', 'another script')}, which this script cannot resume or continue; "
+            f"{fix} (or go on with that script)"
+        )
 
 
 def _checkpoint_record(folder, checkpoint):

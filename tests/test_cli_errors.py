@@ -5,7 +5,7 @@ Run in-process (`run_cli`): each stops before any training, so a new Python proc
 
 import pytest
 
-from conftest import error_line, grpo_args, ppo_args
+from conftest import error_line, grpo_args, ppo_args, run_script
 from rlhf import tiny
 
 
@@ -258,3 +258,148 @@ def test_a_typo_in_a_local_folder_says_it_does_not_exist_and_what_was_meant(tiny
                      f"{root.name}/prompt")
     assert f"dataset {root.name}/prompt does not exist (did you mean {root.name}/prompts.jsonl?)" in error_line(result)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("train_grpo.py", ["--learning_rate", "nan"], "--learning-rate: nan is not a finite number"),
+    ("train_ppo.py", ["--learning_rate", "inf"], "--learning-rate: inf is not a finite number"),
+    ("train_grpo.py", ["--reward_weights", "nan"], "--reward-weights: nan is not a finite number"),
+    ("train_grpo.py", ["--report_to", "tensorbord"], "--report_to tensorbord is not supported"),
+    ("train_reward_model.py", ["--report_to", "wandb"], "--report_to wandb needs its package"),
+    ("train_ppo.py", ["--bf16"], "--bf16 needs a GPU with bfloat16 support"),
+    ("train_grpo.py", ["--seed", "-1"], "--seed must be >= 0, got -1."),
+    ("train_grpo.py", ["--top_k", "-5"], "--top_k must be >= 0, got -5."),
+    ("train_grpo.py", ["--epsilon", "-0.2"], "--epsilon must be > 0, got -0.2."),
+    ("train_grpo.py", ["--prompts_per_step", "0", "--steps_per_generation", "0"], "--steps_per_generation must be >="),
+    ("train_ppo.py", ["--stop_token", "foo"], "--stop_token foo is not supported; use eos"),
+    ("train_reward_model.py", ["--eval_strategy", "steps"], "--eval_strategy steps needs an evaluation set"),
+    ("train_grpo.py", ["--eval_strategy", "epoch"], "--eval_strategy epoch needs an evaluation set"),
+])
+def test_a_value_that_fails_only_once_training_runs_is_refused_first(tiny_models, tmp_path, run_cli, monkeypatch,
+                                                                      script, flags, message):
+    import transformers.integrations.integration_utils as integrations
+
+    monkeypatch.setattr("config._bf16_available", lambda: False)  # the same answer on a machine with a GPU
+    monkeypatch.setattr(integrations, "get_available_reporting_integrations", lambda: ["tensorboard"])
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]
+    result = run_cli(script, *build(tiny_models, tmp_path / "out"), *flags)
+    assert message in error_line(result)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("yaml, message", [
+    ("learning_rate: [1.0e-5, 2.0e-5]", "learning_rate: [1e-05, 2e-05] in {config} is not valid; give one number"),
+    ("learning_rate: null", "learning_rate is empty (null) in {config}"),
+    ("max_steps: 1.5", "max_steps: 1.5 in {config} is not valid; give one integer"),
+    ("lora_target_modules: {q_proj: 1}", "lora_target_modules: {'q_proj': 1} in {config} is not valid; give a text"),
+    ("learning_rate: .nan", "learning_rate: nan in {config} is not valid; give one number"),
+])
+def test_a_yaml_value_of_the_wrong_kind_is_one_line(tiny_models, tmp_path, run_cli, yaml, message):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml + "\n")
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--config", config)
+    assert message.replace("{config}", str(config)) in error_line(result)
+
+
+@pytest.mark.parametrize("script, rows, message", [
+    ("train_grpo.py", [{"prompt": ["a question"]}] * 8, "has list \"['a question']\" in `prompt`; it must be text or"),
+    ("train_ppo.py", [{"question": 5}] * 8, "row 1 of the dataset has int '5' in `question`; it must be text:"),
+    ("train_grpo.py", [{"system": "", "question": "q"}] * 4 + [{"system": 3, "question": "q"}] * 4,
+     "row 5 of the dataset has int '3' in `system`; it must be text:"),
+    ("train_reward_model.py", [{"question": "q", "chosen": 1.5, "rejected": "r"}] * 8, "has float '1.5' in `chosen`"),
+])
+def test_a_dataset_cell_that_is_not_text_names_its_row_and_column(tiny_models, tmp_path, run_cli, script, rows,
+                                                                  message):
+    data = tiny.write_jsonl(tmp_path / "data.jsonl", rows)
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]
+    result = run_cli(script, *build(tiny_models, tmp_path / "out"), "--dataset_name", data)
+    assert message in error_line(result)
+    assert not (tmp_path / "out" / "run_manifest.json").exists()
+
+
+@pytest.mark.parametrize("script, flag", [("train_grpo.py", "--model_name_or_path"),
+                                          ("train_grpo.py", "--reward_model_path"),
+                                          ("train_ppo.py", "--value_model_path"),
+                                          ("train_reward_model.py", "--model_name_or_path")])
+def test_a_model_folder_without_weights_is_one_line(tiny_models, tmp_path, run_cli, script, flag):
+    import shutil
+
+    source = tiny_models["reward_model" if flag != "--model_name_or_path" else "policy"]
+    folder = shutil.copytree(source, tmp_path / "model", ignore=shutil.ignore_patterns("*.safetensors"))
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]
+    result = run_cli(script, *build(tiny_models, tmp_path / "out"), flag, folder)
+    assert f"folder {folder} has a config but no weights (*.safetensors or pytorch_model*.bin)" in error_line(result)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"version": "1.0", "model": 5}'], ids=["syntax", "structure"])
+def test_a_damaged_tokenizer_is_one_line(tiny_models, tmp_path, run_cli, content):
+    import shutil
+
+    folder = shutil.copytree(tiny_models["policy"], tmp_path / "model")
+    (folder / "tokenizer.json").write_text(content)
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--model_name_or_path", folder)
+    assert f"cannot read the tokenizer of {folder} (" in error_line(result)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_reward_model.py"])
+def test_a_run_or_checkpoint_of_another_script_is_refused_and_kept(tiny_models, tmp_path, run_cli, script):
+    from rlhf.run import MANIFEST, write_json
+
+    other = tmp_path / "ppo_run"
+    (other / "checkpoint-2").mkdir(parents=True)
+    (other / "checkpoint-2" / "trainer_state.json").write_text('{"episode": 4}')
+    manifest = {"script": "train_ppo.py", "config": {"PPOTrainingConfig": {}}, "finished_at": "2026-01-01"}
+    write_json(other / MANIFEST, manifest)
+    before = sorted(path.name for path in other.rglob("*"))
+    build = {"train_grpo.py": grpo_args, "train_reward_model.py": reward_args}[script]
+
+    result = run_cli(script, *build(tiny_models, other))
+    assert f"{other} holds a run of train_ppo.py, which this script cannot resume" in error_line(result)
+    result = run_cli(script, *build(tiny_models, tmp_path / "out"), "--resume_from_checkpoint", other / "checkpoint-2")
+    assert "checkpoint-2 comes from a run of train_ppo.py" in error_line(result)
+    assert sorted(path.name for path in other.rglob("*")) == before and not (tmp_path / "out").exists()
+
+
+def test_a_reward_model_max_length_below_every_pair_is_refused_before_the_run_starts(tiny_models, tmp_path, run_cli):
+    result = run_cli("train_reward_model.py", *reward_args(tiny_models, tmp_path / "out"), "--max_length", "8")
+    assert "every training pair is longer than --max_length 8 tokens (the shortest has" in error_line(result)
+    assert not (tmp_path / "out" / "run_manifest.json").exists()
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("train_grpo.py", ["--output_dir", ""], "--output_dir is empty"),
+    ("train_ppo.py", ["--dataset_name", ""], "--dataset_name is empty"),
+    ("train_reward_model.py", ["--model_name_or_path", ""], "--model_name_or_path is empty"),
+    ("train_grpo.py", ["--reward_funcs", "reward_model", "reward_model"],
+     "--reward_funcs names reward_model more than once"),
+])
+def test_an_empty_or_repeated_value_is_one_line(tiny_models, tmp_path, run_cli, monkeypatch, script, flags, message):
+    monkeypatch.chdir(tmp_path)  # an empty --output_dir or model path must not mean the current folder
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]
+    result = run_cli(script, *build(tiny_models, tmp_path / "out"), *flags)
+    assert message in error_line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_classifier_of_several_outputs_as_the_ppo_value_model_is_refused(tiny_models, tmp_path, run_cli):
+    from transformers import AutoConfig
+
+    folder = tmp_path / "two_labels"
+    config = AutoConfig.from_pretrained(tiny_models["reward_model"], num_labels=2)
+    config.save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"")  # never read: refused from its config
+    result = run_cli("train_ppo.py", *ppo_args(tiny_models, tmp_path / "out"), "--value_model_path", folder)
+    assert f"value model {folder} is a classifier with num_labels=2" in error_line(result)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_that_is_not_parquet_is_one_line(tiny_models, tmp_path):
+    # In a new process: `datasets` logs the failure with its traceback attached, which in-process goes to whatever
+    # stream an earlier test left its logging handler on; a user's run shows one log line, then the error.
+    data = tmp_path / "data.parquet"
+    data.write_text("not a parquet file")
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--dataset_name", data)
+    assert f"cannot read dataset {data} (ArrowInvalid: " in error_line(result)
+    assert not (tmp_path / "out" / "run_manifest.json").exists()
