@@ -23,7 +23,7 @@ from rlhf.models import (check_4bit, check_lora_targets, check_model_source, che
                          load_kwargs, load_tokenizer, lora_config, on_gpu, reward_model_dtype, trainable_model_path)
 from rlhf.guard import guarded_train
 from rlhf.reward import REWARD_HINT, reward_model_scorer
-from rlhf.reward_funcs import check_reward_weights, load_reward_funcs
+from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
 from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
 
 
@@ -60,6 +60,7 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code)
     rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
+    check_reward_columns(reward_args.reward_funcs, data_args.dataset_name, rows.column_names)
     train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
     per_generation = training_args.generation_batch_size // training_args.num_generations  # prompts
     flag = ("--prompts_per_generation" if training_args.prompts_per_step

@@ -403,3 +403,11 @@ def test_a_file_that_is_not_parquet_is_one_line(tiny_models, tmp_path):
     result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--dataset_name", data)
     assert f"cannot read dataset {data} (ArrowInvalid: " in error_line(result)
     assert not (tmp_path / "out" / "run_manifest.json").exists()
+
+
+def test_grpo_with_boxed_answer_on_data_without_reference_answers_is_refused_before_any_model_loads(
+        tiny_models, tmp_path, run_cli):
+    out = tmp_path / "out"
+    line = error_line(run_cli("train_grpo.py", *grpo_args(tiny_models, out, "--reward_funcs", "boxed_answer")))
+    assert "boxed_answer" in line and "`ground_truth`" in line and str(tiny_models["prompts"]) in line
+    assert not out.exists()
