@@ -12,7 +12,7 @@ then base vs trained on held-out problems of data/math_test.jsonl: format rate a
 and the accuracy gain (paired 95% interval). Each stage runs the package's own script as a subprocess and prints
 the command first, so you can re-run or change any stage by hand. Re-running continues: a finished stage has
 nothing to do, an interrupted one resumes. A stage keeps its checkpoint (weights and optimizer state) only until it
-finishes (it is only needed to resume), so the reward-model task leaves about 2.2 GB and the math task about 0.6 GB.
+finishes (it is only needed to resume), so the reward-model task leaves about 2.2 GB and the math task about 0.5 GB.
 """
 
 import argparse
