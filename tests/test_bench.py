@@ -1,5 +1,5 @@
-"""bench/benchmark.py: the suites are what the README says, the timing window is whole generation cycles, and on tiny
-models every figure comes out (the figures themselves are not judged)."""
+"""bench/benchmark.py: the suites are what docs/performance.md says, the timing window is whole generation cycles,
+and on tiny models every figure comes out (the figures themselves are not judged)."""
 
 import json
 import re
@@ -24,10 +24,9 @@ def flags_after(command, flag):
 
 
 def readme_suites():
-    """{suite: (runs, settings cell)} from the table of README "## Performance"."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Performance"):text.index("## Troubleshooting")]
-    rows = re.findall(r"^\| `--suite (\w+)` \| ([^|]+) \| ([^|]+) \|", section, flags=re.MULTILINE)
+    """{suite: (runs, settings cell)} from the suites table of docs/performance.md."""
+    text = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `--suite (\w+)` \| ([^|]+) \| ([^|]+) \|", text, flags=re.MULTILINE)
     return {suite: (re.findall(r"`(\w+)`", runs), settings) for suite, runs, settings in rows}
 
 
