@@ -96,6 +96,7 @@ def test_the_measured_window_is_whole_generation_cycles():
         benchmark.whole_cycles(clock, lengths, warmup=5, measured=4, steps_per_cycle=4)
 
 
+@pytest.mark.slow
 def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
     output = tmp_path / "bench.json"
     result = run_script("bench/benchmark.py", "--model", "tiny", "--runs", "grpo_trl_settings", "trl_grpo", "grpo",

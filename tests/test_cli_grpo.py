@@ -15,6 +15,7 @@ def test_help_exits_zero():
     assert "--use_lora" in result.stdout and "--prompts_per_step" in result.stdout
 
 
+@pytest.mark.slow
 def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -36,6 +37,7 @@ def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp
     assert manifest["versions"]["trl"] == "1.12.0"
 
 
+@pytest.mark.slow
 def test_lora_run_saves_an_adapter_that_merges_into_a_full_model(tiny_models, tmp_path):
     from peft import AutoPeftModelForCausalLM
 
@@ -50,6 +52,7 @@ def test_lora_run_saves_an_adapter_that_merges_into_a_full_model(tiny_models, tm
     assert type(merged).__name__ == "LlamaForCausalLM"
 
 
+@pytest.mark.slow
 def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, tmp_path):
     out = tmp_path / "yaml"
     config = tmp_path / "grpo.yaml"
@@ -65,6 +68,7 @@ def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, t
     assert "train/reward" in scalars(out)
 
 
+@pytest.mark.slow
 def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_models, tmp_path):
     full = tmp_path / "full"
     assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, full, "--max_steps", "4")))

