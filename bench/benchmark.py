@@ -41,7 +41,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-if not __package__:  # run by path (python bench/benchmark.py): Python put bench/ on sys.path, not the repository
+if not __package__:  # run as python bench/benchmark.py: Python put bench/ on sys.path, not the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.measure import measure, prepare_models, scoring_throughput, write_prompts  # noqa: E402

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-if not __package__:  # run by path (python bench/verifier_check.py): Python put bench/ on sys.path, not the repository
+if not __package__:  # run as python bench/verifier_check.py: Python put bench/ on sys.path, not the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlhf import verifier  # noqa: E402
