@@ -23,10 +23,10 @@ def flags_after(command, flag):
 
 
 def readme_suites():
-    """{suite: (runs, settings cell)} from the table of README "## Performance"."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Performance"):text.index("## Troubleshooting")]
-    rows = re.findall(r"^\| `--suite (\w+)` \| ([^|]+) \| ([^|]+) \|", section, flags=re.MULTILINE)
+    """{suite: (runs, settings cell)} from the table of suites, in the README or a page of docs/."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    rows = re.findall(r"^\| `--suite (\w+)` \| ([^|]+) \| ([^|]+) \|", text, flags=re.MULTILINE)
     return {suite: (re.findall(r"`(\w+)`", runs), settings) for suite, runs, settings in rows}
 
 
