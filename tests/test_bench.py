@@ -120,6 +120,7 @@ def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
     assert re.search(r"^grpo +[\d.]+ +4 +2 ", result.stdout, flags=re.MULTILINE)  # the table's row
 
 
+@pytest.mark.slow
 def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(tmp_path):
     from config import GPU_PROMPTS_PER_GENERATION
 

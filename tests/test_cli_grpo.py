@@ -9,6 +9,7 @@ from conftest import assert_ok, error_line, grpo_args, run_script, scalars
 from rlhf import tiny
 
 
+@pytest.mark.slow
 def test_help_exits_zero():
     result = run_script("train_grpo.py", "--help")
     assert result.returncode == 0
@@ -112,6 +113,7 @@ def test_user_errors_end_in_one_line_and_exit_code_2(tiny_models, tmp_path, run_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_user_error_in_a_new_process_is_one_line_and_exit_code_2(tiny_models, tmp_path):
     # The in-process tests above see what cli() prints; this one sees what a user's terminal shows.
     result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--reward_model_path", "./nothing"))
@@ -139,6 +141,7 @@ def test_fewer_prompts_than_one_generation_are_refused_in_one_line_before_anythi
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_prompts_left_over_from_whole_generations_are_said_in_one_line(tiny_models, tmp_path):
     # 32 prompts in generations of 12: TRL keeps 2 whole generations (24 prompts) of each epoch, 12 steps of 2 prompts.
     out = tmp_path / "run"

@@ -140,6 +140,7 @@ def test_completion_length_is_logged_from_the_completions_as_generated(tiny_mode
     assert [value for _, value in logged["train/completions/clipped_ratio"]] == [0] * 4
 
 
+@pytest.mark.slow
 def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_loads(tiny_models, tmp_path):
     # TRL 1.12 drew no rollout from 32 prompts in rollouts of 64 and waited for one for good.
     out = tmp_path / "ppo"
@@ -149,6 +150,7 @@ def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_prompts_left_over_from_whole_rollouts_are_said_in_one_line(tiny_models, tmp_path):
     out = tmp_path / "ppo"
     # 32 prompts in rollouts of 6: TRL's dataloader keeps 5 whole rollouts (30 prompts) per pass.

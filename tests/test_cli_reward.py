@@ -77,6 +77,7 @@ def test_prompt_only_dataset_is_refused_in_one_line(tiny_models, tmp_path, run_c
     assert "chosen" in error_line(result)
 
 
+@pytest.mark.slow
 def test_help_exits_zero():
     result = run_script("train_reward_model.py", "--help")
     assert result.returncode == 0 and "--eval_samples" in result.stdout
