@@ -12,7 +12,7 @@ pass over the table: the first pass, untimed, pays for both verifiers the one-ti
 SymPy's first use of its solvers), which a training run pays once, when the reward function loads.
 
     python bench/verifier_check.py                  # table, summary and every disagreement
-    python bench/verifier_check.py --quiet          # the summary alone
+    python bench/verifier_check.py --quiet          # the summary alone (or: python -m bench.verifier_check --quiet)
 """
 
 import argparse
@@ -22,12 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+if not __package__:  # run as python bench/verifier_check.py: Python put bench/ on sys.path, not the root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rlhf import verifier  # noqa: E402
-from verifier_cases import ROWS  # noqa: E402
+from tests.verifier_cases import ROWS  # noqa: E402
 
 
 def ours(completion, reference):

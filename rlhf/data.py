@@ -19,7 +19,6 @@ from rlhf.errors import UserError, first_line
 logger = logging.getLogger(__name__)
 
 LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-SCHEMAS = ("orca", "orca_messages", "prompt", "question")
 PROMPT_COLUMNS = {"orca": "question", "orca_messages": "prompt", "prompt": "prompt", "question": "question"}
 
 

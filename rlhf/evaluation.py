@@ -16,7 +16,6 @@ from pathlib import Path
 
 from rlhf.errors import UserError
 
-RANKS = ("BEST", "MEDIUM", "WORST")
 TIE_TOLERANCE = 1e-6
 
 

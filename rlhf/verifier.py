@@ -257,8 +257,3 @@ def verdict(text, reference, time_limit=TIME_LIMIT):
         return CORRECT if call_with_time_limit(time_limit, _judge, answers, reference) else WRONG
     except TimeoutError:
         return TIMEOUT
-
-
-def answers_match(predicted, reference, time_limit=TIME_LIMIT):
-    """True when the answer `predicted` (a box's content) equals `reference`."""
-    return verdict("\\boxed{" + predicted + "}", reference, time_limit) == CORRECT

@@ -3,14 +3,13 @@ and on tiny models every figure comes out (the figures themselves are not judged
 
 import json
 import re
-import sys
 
 import pytest
 
+from bench import benchmark
+from bench.measure import whole_cycles
+from bench.plan import RUNS, plan_run, run_flags
 from conftest import ROOT, run_script
-
-sys.path.insert(0, str(ROOT / "bench"))
-import benchmark  # noqa: E402
 
 PATHS = {"policy": "P", "reward_model": "R", "prompts": "D"}
 
@@ -46,7 +45,7 @@ def test_each_suite_runs_what_the_readme_says(suite):
 @pytest.mark.parametrize("cuda", [True, False])
 def test_trl_settings_runs_share_trl_grpo_flags_and_ours_keep_the_package_defaults(cuda):
     args = benchmark.parse_args(["--suite", "gpu" if cuda else "cpu"])
-    command = {name: benchmark.run_flags(name, args, PATHS, cuda) for name in benchmark.RUNS}
+    command = {name: run_flags(name, args, PATHS, cuda) for name in RUNS}
     ours, trl = command["grpo_trl_settings"], command["trl_grpo"]
     assert trl[1:4] == ["-m", "trl.cli.main", "grpo"] and ours[1].endswith("train_grpo.py")
     # Identical settings: every flag of `trl grpo` has the same value in ours (which adds only its own names).
@@ -67,16 +66,16 @@ def test_trl_settings_runs_share_trl_grpo_flags_and_ours_keep_the_package_defaul
 
 
 def test_our_runs_are_planned_in_whole_generation_cycles_and_vllm_is_skipped_where_missing(monkeypatch):
-    monkeypatch.setattr(benchmark, "vllm_importable", lambda: False)
+    monkeypatch.setattr("bench.plan.vllm_importable", lambda: False)
     args = benchmark.parse_args(["--steps", "3", "--prompts_per_generation", "8"])
-    plan = benchmark.plan_run("grpo", "", [], args, PATHS, cuda=False)
+    plan = plan_run("grpo", "", [], args, PATHS, cuda=False)
     # 8 prompts per generation = 2 optimizer steps of 4 prompts: warm-up 1 cycle, 3 steps rounded up to 2 cycles.
     assert (plan["steps_per_generation"], plan["warmup"], plan["measured"]) == (2, 2, 4)
     assert flags_after(plan["command"], "--max_steps") == ["6"]
-    trl = benchmark.plan_run("trl_grpo", "", [], args, PATHS, cuda=False)
+    trl = plan_run("trl_grpo", "", [], args, PATHS, cuda=False)
     assert (trl["steps_per_generation"], trl["warmup"], trl["measured"]) == (1, 1, 3)
-    assert benchmark.plan_run("grpo_vllm", "", [], args, PATHS, cuda=False)["skipped"] == "vllm not installed"
-    variant = benchmark.plan_run("grpo", "prompts_per_generation=16", ["--prompts_per_generation", "16"], args,
+    assert plan_run("grpo_vllm", "", [], args, PATHS, cuda=False)["skipped"] == "vllm not installed"
+    variant = plan_run("grpo", "prompts_per_generation=16", ["--prompts_per_generation", "16"], args,
                                  PATHS, cuda=False)
     assert (variant["run"], variant["steps_per_generation"], variant["measured"]) == (
         "grpo[prompts_per_generation=16]", 4, 4)
@@ -86,15 +85,16 @@ def test_the_measured_window_is_whole_generation_cycles():
     clock = {step: 10.0 * step for step in range(1, 9)}
     clock.update({5: 49.0})  # step 5 generates for steps 5-8
     lengths = {1: 30.0, 5: 20.0}  # mean completion lengths, logged at the steps that generated
-    window = benchmark.whole_cycles(clock, lengths, warmup=4, measured=4, steps_per_cycle=4)
+    window = whole_cycles(clock, lengths, warmup=4, measured=4, steps_per_cycle=4)
     assert window["seconds"] == 40.0 and window["steps"] == 4 and window["cycle_seconds"] == [40.0]
     assert (window["generations"], window["tokens"], window["aligned"]) == (1, 20.0, True)
     assert window["step_seconds"] == [9.0, 11.0, 10.0, 10.0]
-    assert benchmark.whole_cycles(clock, {1: 1.0, 6: 1.0}, 4, 4, 4)["aligned"] is False
+    assert whole_cycles(clock, {1: 1.0, 6: 1.0}, 4, 4, 4)["aligned"] is False
     with pytest.raises(RuntimeError, match=r"steps \[9\] were not logged"):
-        benchmark.whole_cycles(clock, lengths, warmup=5, measured=4, steps_per_cycle=4)
+        whole_cycles(clock, lengths, warmup=5, measured=4, steps_per_cycle=4)
 
 
+@pytest.mark.slow
 def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
     output = tmp_path / "bench.json"
     result = run_script("bench/benchmark.py", "--model", "tiny", "--runs", "grpo_trl_settings", "trl_grpo", "grpo",
@@ -119,6 +119,7 @@ def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
     assert re.search(r"^grpo +[\d.]+ +4 +2 ", result.stdout, flags=re.MULTILINE)  # the table's row
 
 
+@pytest.mark.slow
 def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(tmp_path):
     from config import GPU_PROMPTS_PER_GENERATION
 

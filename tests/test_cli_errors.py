@@ -154,6 +154,7 @@ def test_a_lora_target_module_the_model_lacks_is_one_line_listing_its_linear_lay
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_lora_target_module_given_as_a_yaml_scalar_trains(tiny_models, tmp_path):
     """What PEFT did with the string 'q_proj': matched it as a regular expression against full names, found none."""
     from conftest import assert_ok, run_script
@@ -395,6 +396,7 @@ def test_a_classifier_of_several_outputs_as_the_ppo_value_model_is_refused(tiny_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_parquet_is_one_line(tiny_models, tmp_path):
     # In a new process: `datasets` logs the failure with its traceback attached, which in-process goes to whatever
     # stream an earlier test left its logging handler on; a user's run shows one log line, then the error.

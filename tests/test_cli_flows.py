@@ -9,6 +9,8 @@ import torch
 from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars
 from rlhf import tiny
 
+pytestmark = pytest.mark.slow
+
 
 def evaluate(models, output, *model_paths):
     return run_script("evaluate_generations.py", "--model-path", *model_paths, "--reward_model_path",

@@ -9,12 +9,14 @@ from conftest import assert_ok, error_line, grpo_args, run_script, scalars
 from rlhf import tiny
 
 
+@pytest.mark.slow
 def test_help_exits_zero():
     result = run_script("train_grpo.py", "--help")
     assert result.returncode == 0
     assert "--use_lora" in result.stdout and "--prompts_per_step" in result.stdout
 
 
+@pytest.mark.slow
 def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -36,6 +38,7 @@ def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp
     assert manifest["versions"]["trl"] == "1.12.0"
 
 
+@pytest.mark.slow
 def test_lora_run_saves_an_adapter_that_merges_into_a_full_model(tiny_models, tmp_path):
     from peft import AutoPeftModelForCausalLM
 
@@ -50,6 +53,7 @@ def test_lora_run_saves_an_adapter_that_merges_into_a_full_model(tiny_models, tm
     assert type(merged).__name__ == "LlamaForCausalLM"
 
 
+@pytest.mark.slow
 def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, tmp_path):
     out = tmp_path / "yaml"
     config = tmp_path / "grpo.yaml"
@@ -65,6 +69,7 @@ def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, t
     assert "train/reward" in scalars(out)
 
 
+@pytest.mark.slow
 def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_models, tmp_path):
     full = tmp_path / "full"
     assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, full, "--max_steps", "4")))
@@ -108,6 +113,7 @@ def test_user_errors_end_in_one_line_and_exit_code_2(tiny_models, tmp_path, run_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_user_error_in_a_new_process_is_one_line_and_exit_code_2(tiny_models, tmp_path):
     # The in-process tests above see what cli() prints; this one sees what a user's terminal shows.
     result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--reward_model_path", "./nothing"))
@@ -135,6 +141,7 @@ def test_fewer_prompts_than_one_generation_are_refused_in_one_line_before_anythi
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_prompts_left_over_from_whole_generations_are_said_in_one_line(tiny_models, tmp_path):
     # 32 prompts in generations of 12: TRL keeps 2 whole generations (24 prompts) of each epoch, 12 steps of 2 prompts.
     out = tmp_path / "run"

@@ -7,6 +7,7 @@ import pytest
 from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, start_script, wait_for
 
 
+@pytest.mark.slow
 def test_a_second_run_is_refused_while_the_first_runs_and_a_killed_runs_lock_is_taken_over(tiny_models, tmp_path,
                                                                                             run_cli):
     out = tmp_path / "run"

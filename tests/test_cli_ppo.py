@@ -32,6 +32,7 @@ def eos_policy(source, path, eos_probability):
     return path
 
 
+@pytest.mark.slow
 def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -53,6 +54,7 @@ def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_model
     assert (manifest["global_step"], manifest["episode"]) == (2, 8)
 
 
+@pytest.mark.slow
 def test_lora_run_uses_the_adapter_disabled_policy_as_reference(tiny_models, tmp_path):
     out = tmp_path / "ppo_lora"
     result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--use_lora"))
@@ -61,6 +63,7 @@ def test_lora_run_uses_the_adapter_disabled_policy_as_reference(tiny_models, tmp
     assert "train/objective/kl" in scalars(out)
 
 
+@pytest.mark.slow
 def test_target_kl_moves_the_logged_coefficient(tiny_models, tmp_path):
     out = tmp_path / "ppo_kl"
     # The tiny policy's KL stays near 0, far below the target, so the coefficient must shrink every batch.
@@ -81,6 +84,7 @@ def test_reward_model_with_another_tokenizer_is_refused_before_model_work(tiny_m
 
 # With LoRA the learning rate is high enough for a trained adapter's KL (about 1e-2 after two batches) to stand far
 # above a fresh adapter's (the reference itself: float noise, about 1e-7).
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [[], ["--use_lora", "--learning_rate", "1e-3"]], ids=["full", "lora"])
 def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models, tmp_path, lora):
     out = tmp_path / "ppo_resume"
@@ -110,6 +114,7 @@ def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models
         assert abs(kl[1]) < 1e-4 and abs(kl[stopped_at + 1]) > 1e-3, kl
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
 def test_reward_model_in_bfloat16_scores_finite_rewards(tiny_models, tmp_path, script):
     out = tmp_path / "bf16_reward_model"
@@ -122,6 +127,7 @@ def test_reward_model_in_bfloat16_scores_finite_rewards(tiny_models, tmp_path, s
     assert rewards and all(math.isfinite(value) for value in rewards)
 
 
+@pytest.mark.slow
 def test_completion_length_is_logged_from_the_completions_as_generated(tiny_models, tmp_path):
     # A policy that says EOS first almost surely (0.9999 per token): every completion is that one token long.
     policy = eos_policy(tiny_models["policy"], tmp_path / "eos_policy", 0.9999)
@@ -134,6 +140,7 @@ def test_completion_length_is_logged_from_the_completions_as_generated(tiny_mode
     assert [value for _, value in logged["train/completions/clipped_ratio"]] == [0] * 4
 
 
+@pytest.mark.slow
 def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_loads(tiny_models, tmp_path):
     # TRL 1.12 drew no rollout from 32 prompts in rollouts of 64 and waited for one for good.
     out = tmp_path / "ppo"
@@ -143,6 +150,7 @@ def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_prompts_left_over_from_whole_rollouts_are_said_in_one_line(tiny_models, tmp_path):
     out = tmp_path / "ppo"
     # 32 prompts in rollouts of 6: TRL's dataloader keeps 5 whole rollouts (30 prompts) per pass.
@@ -153,6 +161,7 @@ def test_prompts_left_over_from_whole_rollouts_are_said_in_one_line(tiny_models,
     assert len(notes) == 1 and "2 prompts of each epoch go unused" in notes[0] and "--prompts_per_rollout" in notes[0]
 
 
+@pytest.mark.slow
 def test_dtype_auto_loads_the_value_model_in_the_policys_dtype_not_the_reward_models(tiny_models, tmp_path):
     import torch
     from transformers import AutoModelForSequenceClassification
@@ -169,6 +178,7 @@ def test_dtype_auto_loads_the_value_model_in_the_policys_dtype_not_the_reward_mo
     assert value_model.dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_ppo_models_are_built_with_the_tokenizers_distinct_pad_so_eos_trains(tiny_models, tmp_path):
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 

@@ -20,6 +20,7 @@ def h4_rows(rows):
              "rejected": conversation(r, r["rejected"])} for r in rows]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema", ["orca", "orca_messages"])
 def test_reward_model_trains_on_each_schema_and_is_ready_for_the_rl_scripts(tiny_models, tmp_path, schema):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -48,6 +49,7 @@ def test_reward_model_trains_on_each_schema_and_is_ready_for_the_rl_scripts(tiny
     assert "train/reward" in scalars(grpo_out)
 
 
+@pytest.mark.slow
 def test_lora_reward_model_is_merged_and_loads_without_peft(tiny_models, tmp_path):
     import torch
     from transformers import AutoModelForSequenceClassification
@@ -75,11 +77,13 @@ def test_prompt_only_dataset_is_refused_in_one_line(tiny_models, tmp_path, run_c
     assert "chosen" in error_line(result)
 
 
+@pytest.mark.slow
 def test_help_exits_zero():
     result = run_script("train_reward_model.py", "--help")
     assert result.returncode == 0 and "--eval_samples" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_input_embedding_of_eos_where_the_reward_is_read_is_trained(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 

@@ -24,6 +24,7 @@ def math_args(tiny_models, tmp_path, *extra):
                      "--system_prompt", r"Put your final answer within \boxed{}.", *extra)
 
 
+@pytest.mark.slow
 def test_grpo_with_the_boxed_answer_verifier_on_question_ground_truth_data(tiny_models, tmp_path):
     result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer"))
     assert_ok(result)
@@ -34,6 +35,7 @@ def test_grpo_with_the_boxed_answer_verifier_on_question_ground_truth_data(tiny_
     assert "schema 'question'" in result.stderr
 
 
+@pytest.mark.slow
 def test_grpo_with_a_custom_function_by_import_path(tiny_models, tmp_path):
     (tmp_path / "my_rewards.py").write_text(CUSTOM)
     result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.brevity"),
@@ -42,6 +44,7 @@ def test_grpo_with_a_custom_function_by_import_path(tiny_models, tmp_path):
     assert all(value < 0 for _, value in scalars(tmp_path / "run")["train/rewards/my_rewards.brevity/mean"])
 
 
+@pytest.mark.slow
 def test_grpo_with_a_weighted_mix_of_reward_model_and_function(tiny_models, tmp_path):
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "reward_model", "boxed_format",
                      "--reward_weights", "1.0", "0.5")
@@ -54,6 +57,7 @@ def test_grpo_with_a_weighted_mix_of_reward_model_and_function(tiny_models, tmp_
         assert total[step] == __import__("pytest").approx(model_mean[step] + 0.5 * format_mean[step], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_path):
     (tmp_path / "my_rewards.py").write_text(CUSTOM)
     result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.crashes"),
@@ -68,6 +72,7 @@ def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path, run_cli):
     assert "--reward_weights has 2 values for 1" in error_line(run_cli("train_grpo.py", *args))
 
 
+@pytest.mark.slow
 def test_evaluation_reports_format_rate_verifier_accuracy_and_the_gain(tiny_models, tmp_path):
     data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
     out = tmp_path / "eval.json"

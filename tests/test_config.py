@@ -227,6 +227,7 @@ def test_evaluation_takes_the_training_scripts_names_for_the_same_things(tmp_pat
         parse_args((EvalArguments, RewardArguments), ["--top_p", "2"])
 
 
+@pytest.mark.slow
 def test_a_script_imports_only_its_own_trl_config():
     import subprocess
     import sys

@@ -21,6 +21,7 @@ def test_without_xdist_the_suite_runs_in_one_process():
     assert "1 passed" in result.stdout and "worker" not in result.stdout
 
 
+@pytest.mark.slow
 def test_with_xdist_the_suite_runs_in_at_most_4_workers_unless_told_otherwise():
     pytest.importorskip("xdist")
     result = run_pytest()

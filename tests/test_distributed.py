@@ -8,9 +8,12 @@ import json
 import signal
 from collections import Counter
 
+import pytest
 import torch
 
 from conftest import assert_ok, grpo_args, ppo_args, run_script, start_script, wait_for
+
+pytestmark = pytest.mark.slow
 
 # A reward function that records, per process, which prompts it scored (and scores 0, so training is unchanged).
 PROBE = '''

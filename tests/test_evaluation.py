@@ -143,6 +143,7 @@ def eval_args(tiny_models, output, *models, extra=()):
             "--num_completions", "3", "--max_new_tokens", "8", "--output_file", output, *extra]
 
 
+@pytest.mark.slow
 def test_two_models_are_compared_on_the_same_held_out_prompts(tiny_models, tmp_path):
     from rlhf import tiny
 
@@ -171,6 +172,7 @@ def test_two_models_are_compared_on_the_same_held_out_prompts(tiny_models, tmp_p
     assert "win rate vs baseline" in result.stdout
 
 
+@pytest.mark.slow
 def test_evaluating_the_same_model_twice_is_a_tie(tiny_models, tmp_path):
     out = tmp_path / "eval.json"
     result = run_script("evaluate_generations.py",
@@ -235,6 +237,7 @@ def test_a_later_model_that_cannot_load_fails_before_any_generation(tiny_models,
     assert not (tmp_path / "e.json").exists()
 
 
+@pytest.mark.slow
 def test_prompt_rows_name_the_rows_evaluated_when_prompts_are_dropped(tiny_models, tmp_path):
     rows = tiny.orca_rows(30)
     for i in range(21, 30, 2):  # held-out rows 21, 23, ... become longer than --max_prompt_length
@@ -279,6 +282,7 @@ def test_a_signal_that_lands_in_a_finalizer_is_kept_for_the_next_check(monkeypat
     assert not dropped
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_the_finished_models_marked_partial(tiny_models, tmp_path):
     out = tmp_path / "eval.json"
     policy = tiny_models["policy"]

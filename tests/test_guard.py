@@ -176,6 +176,7 @@ def _stop_at_a_save(rank, signalled, port, results):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signalled", [0, 1])
 def test_a_signal_that_reaches_one_process_stops_both_at_the_same_checkpoint(signalled):
     with socket.socket() as free:

@@ -11,6 +11,8 @@ import torch
 from conftest import ROOT, assert_ok, grpo_args, ppo_args, run_script, script_command, start_script, wait_for
 from rlhf import tiny
 
+pytestmark = pytest.mark.slow
+
 
 def test_sigterm_saves_a_checkpoint_and_rerun_finishes_with_the_same_step_count(tiny_models, tmp_path):
     out = tmp_path / "run"

@@ -71,6 +71,7 @@ def read_csv(path):
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_plots_grpo_ppo_and_a_run_without_kl(results):
     import matplotlib.image
 
@@ -132,11 +133,13 @@ def test_per_token_and_per_completion_kl_and_entropy_are_drawn_apart(logs):
     assert [p for p in panel_columns({"ppo": runs["ppo"]}, extra=False) if p.startswith("kl")] == ["kl_per_completion"]
 
 
+@pytest.mark.slow
 def test_help_exits_zero(results):
     assert results["help"].returncode == 0
     assert "--log_dir" in results["help"].stdout and "--smoothing" in results["help"].stdout
 
 
+@pytest.mark.slow
 def test_a_folder_without_event_files_ends_in_one_error_line(logs, results):
     result = results["empty"]
     assert result.returncode == 2 and "Traceback" not in result.stderr

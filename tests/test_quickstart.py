@@ -6,9 +6,12 @@ import os
 import signal
 import subprocess
 
+import pytest
+
 from conftest import ROOT, error_line, run_script, script_command, wait_for
 
 
+@pytest.mark.slow
 def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     result = run_script("quickstart.py", "--tiny", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -38,6 +41,7 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert "deleted its checkpoints" not in again.stdout
 
 
+@pytest.mark.slow
 def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_path):
     out = tmp_path / "math"
     result = run_script("quickstart.py", "--tiny", "--task", "math", "--seed", "3", "--output_dir", out)
@@ -64,6 +68,7 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     assert json.loads((out / "grpo" / "run_manifest.json").read_text()) == manifest  # nothing changed
 
 
+@pytest.mark.slow
 def test_ctrl_c_lets_the_stage_save_and_says_how_to_resume(tmp_path):
     out = tmp_path / "qs"
     command, env = script_command("quickstart.py", "--tiny", "--task", "math", "--output_dir", out)

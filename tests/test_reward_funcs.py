@@ -2,53 +2,6 @@ import pytest
 
 from rlhf.cli import UserError
 from rlhf.reward_funcs import CheckedRewardFunc, RewardFunctionError, load_reward_funcs, make_boxed_answer
-from rlhf.verifier import answers_match, final_answer, ground_truth_of
-
-
-@pytest.mark.parametrize("text, expected", [
-    (r"The answer is \boxed{42}.", ["42"]),
-    (r"First \boxed{1}, then finally \boxed{2}", ["1", "2"]),  # both: one list answer, not the last one alone
-    (r"\boxed{3}. That was wrong: \boxed{4}", ["4"]),
-    (r"\boxed{5}, so \boxed{5}", ["5"]),
-    (r"\boxed{\frac{1}{2}}", [r"\frac{1}{2}"]),
-    (r"\boxed{\{1, 2\}}", [r"\{1, 2\}"]),
-    (r"$\boxed{x^{2}+1}$", ["x^{2}+1"]),
-    (r"\fbox{7}", ["7"]),
-    (r"no box here", None),
-    (r"cut off \boxed{12", None),
-])
-def test_final_answer(text, expected):
-    assert final_answer(text) == expected
-
-
-@pytest.mark.parametrize("predicted, reference, match", [
-    ("42", "42", True),
-    ("42", "43", False),
-    ("1,000", "1000", True),
-    ("1,234,567", "1234567", True),
-    ("-0", "0", True),
-    ("0.5", r"\frac{1}{2}", True),
-    (r"\dfrac{3}{4}", "0.75", True),
-    (r"\frac34", "3/4", True),
-    ("1/3", "0.33", False),
-    ("$12$", "12", True),
-    (r"12\text{ cm}", "12", True),
-    ("12 dollars", "12", True),
-    (r"90^\circ", "90", True),
-    (r"50\%", "50", True),
-    ("3.0", "3", True),
-    (r"\text{yes}", "yes", True),
-    ("x+1", "x + 1", True),
-    ("x+1", "x+2", False),
-    ("2.", "2", True),
-])
-def test_answers_match(predicted, reference, match):
-    assert answers_match(predicted, reference) is match
-
-
-def test_gsm8k_answers_are_read_after_the_marker():
-    assert ground_truth_of("She has 3 + 4 = 7 apples.\n#### 7") == "7"
-    assert ground_truth_of(" 12 ") == "12"
 
 
 def test_boxed_answer_rewards_correct_wrong_and_missing():

@@ -36,9 +36,44 @@ def test_verdict(completion, reference, expected, category):
     (r"\boxed{3} ... checking it again by substitution ... \boxed{5}", ["3", "5"]),  # no correction phrase
     (r"\boxed{\boxed{7}}", [r"\boxed{7}"]),
     (r"\boxed{a{b}c} \boxed{", ["a{b}c"]),
+    (r"The answer is \boxed{42}.", ["42"]),
+    (r"First \boxed{1}, then finally \boxed{2}", ["1", "2"]),  # both: one list answer, not the last one alone
+    (r"\boxed{3}. That was wrong: \boxed{4}", ["4"]),
+    (r"\boxed{5}, so \boxed{5}", ["5"]),
+    (r"\boxed{\frac{1}{2}}", [r"\frac{1}{2}"]),
+    (r"\boxed{\{1, 2\}}", [r"\{1, 2\}"]),
+    (r"$\boxed{x^{2}+1}$", ["x^{2}+1"]),
+    (r"\fbox{7}", ["7"]),
+    (r"no box here", None),
+    (r"cut off \boxed{12", None),
 ])
 def test_final_answer_rule(text, expected):
     assert verifier.final_answer(text) == expected
+
+
+@pytest.mark.parametrize("predicted, reference, match", [
+    ("42", "42", True),
+    ("42", "43", False),
+    ("1,000", "1000", True),
+    ("1,234,567", "1234567", True),
+    ("-0", "0", True),
+    ("0.5", r"\frac{1}{2}", True),
+    (r"\dfrac{3}{4}", "0.75", True),
+    (r"\frac34", "3/4", True),
+    ("1/3", "0.33", False),
+    ("$12$", "12", True),
+    (r"12\text{ cm}", "12", True),
+    ("12 dollars", "12", True),
+    (r"90^\circ", "90", True),
+    (r"50\%", "50", True),
+    ("3.0", "3", True),
+    (r"\text{yes}", "yes", True),
+    ("x+1", "x + 1", True),
+    ("x+1", "x+2", False),
+    ("2.", "2", True),
+])
+def test_a_boxed_answer_equals_the_reference_in_any_notation(predicted, reference, match):
+    assert (verifier.verdict("\\boxed{" + predicted + "}", reference) == verifier.CORRECT) is match
 
 
 def test_boxed_format_agrees_with_the_final_answer():
@@ -48,6 +83,7 @@ def test_boxed_format_agrees_with_the_final_answer():
 
 @pytest.mark.parametrize("value, reference", [
     ("She has 3 + 4 = 7 apples.\n#### 7", "7"),
+    (" 12 ", "12"),
     (" $12$ ", "12"),
     (r"so $x = \boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),
     (r"$\boxed{35} \text{ and } \boxed{4}$", "35,4"),  # boxes listed together, as math-verify reads a reference

