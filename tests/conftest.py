@@ -31,7 +31,7 @@ LONGEST_FIRST = ("test_e2e_smollm2.py", "test_cli_flows.py", "test_quickstart.py
 def pytest_cmdline_main(config):
     """Where pytest-xdist is installed and no `-n` was given: one worker per core, at most 4, each handed one test
     at a time (the slowest first, above). Without xdist (or with `-p no:xdist`, or `-n 0`) the suite runs in one
-    process. Here rather than `addopts = -n auto` in pytest.ini, which makes pytest refuse `-n` without xdist."""
+    process. Here rather than `addopts = -n auto` in pyproject.toml, which makes pytest refuse `-n` without xdist."""
     if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):  # a worker runs its tests
         return
     if config.option.numprocesses is None:
