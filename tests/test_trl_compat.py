@@ -125,7 +125,8 @@ def test_train_ppo_refuses_another_trl_release_in_one_line(run_cli, monkeypatch,
     for module in ("rlhf.ppo", "rlhf.trl_compat.ppo", "rlhf.trl_compat.ppo_fixes"):
         monkeypatch.delitem(sys.modules, module, raising=False)
     result = run_cli("train_ppo.py", "--output_dir", tmp_path / "out")
-    assert error_line(result) == "error: this package needs trl==1.12.0 (found 1.13.0): pip install -r requirements.txt"
+    refused = "error: this package needs trl==1.12.0 (found 1.13.0): pip install -r requirements.txt"
+    assert error_line(result) == refused
     assert not (tmp_path / "out").exists()
 
 
