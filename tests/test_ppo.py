@@ -1,7 +1,7 @@
 """`rlhf.ppo` as units: the adaptive KL maths, completion lengths, the tokenizer check.
 
 The trainer itself (logging, checkpoints, resume) runs end to end in test_cli_ppo.py; what it assumes about TRL
-is pinned in test_trl_compat.py.
+is checked by behaviour in test_trl_compat.py (the fixes of TRL bugs in rlhf/trl_compat/ppo_fixes.py too).
 """
 
 import pytest

@@ -1,21 +1,27 @@
 """Everything this package assumes about TRL's and transformers' internals, in one place.
 
 TRL is pinned to 1.12.0: it is the last release with `trl.experimental.ppo.PPOTrainer` (TRL 1.13 removed PPO).
-Moving to another release should be a change to this package alone. Each assumption about a private detail is
-pinned by a test in `tests/test_trl_compat.py` that fails, naming the assumption and what to re-check, when the
-installed TRL or transformers no longer behave that way.
+Moving to another release should be a change to this package alone (CONTRIBUTING.md, "Leaving TRL 1.12", says
+which test checks what). Three kinds of thing live here:
 
-Here:
-- the TRL imports that can move between releases, loaded on first use (PEP 562), so that scripts that only parse
-  flags (plotting, --help) start in a second instead of importing every trainer;
-- `check_trl_version()`: anything but the pinned release is refused in one line;
-- the warning filters for notices that every run would print;
-- `close_progress_bar(trainer)`: transformers closes its progress bar only when training ends normally;
-- `ScheduleFromResumedStep`: a resumed or continued run trains its first step at its own schedule's rate.
+Import shims (`_WHERE`): each TRL name the package uses, and the module it lives in under 1.12, loaded on first use
+(PEP 562) so that scripts that only parse flags (plotting, --help) start in a second; with `check_trl_version()`,
+which refuses anything but the pinned release in one line, and the warning filters for notices every run would print.
 
-In `rlhf/trl_compat/grpo.py`: `ResumableGRPOTrainer`, TRL's `GRPOTrainer` resumed inside a generation block too.
-In `rlhf/trl_compat/ppo.py` (imported when PPO is used): `PPOTrainerHooks`, TRL's `PPOTrainer` with named hook
-points for what `rlhf/ppo.py` adds (files in a checkpoint, resume, the completions generated, the KL coefficient).
+Fixes of TRL or transformers behaviour, each named for what it fixes and citing what goes wrong without it:
+- `rlhf/trl_compat/ppo_fixes.py`: three bugs of TRL 1.12's PPO trainer (mini-batch gradient accumulation, saving
+  under DDP, the LoRA reference under DDP), combined in `PatchedPPOTrainer`;
+- `rlhf/trl_compat/grpo.py`: `ResumableGRPOTrainer`, TRL's GRPO trainer resumed where it stopped, also inside a
+  generation block and in a later pass over the prompts (TRL 1.12 generates again and draws the first pass's order);
+- `ScheduleFromResumedStep` (here): a resumed or continued run's first step at its own schedule's rate
+  (transformers gives it the old schedule's rate, 0 at the end of a finished cosine run);
+- `close_progress_bar(trainer)` (here): transformers closes its progress bar only when training ends normally.
+
+Hook points where TRL has none: `rlhf/trl_compat/ppo.py`, `PPOTrainerHooks` (`PatchedPPOTrainer` with named
+places for what `rlhf/ppo.py` adds: files in a checkpoint, resume, the completions generated, the KL coefficient).
+
+`tests/test_trl_compat.py` checks each by behaviour on tiny models, and each fix against TRL's own behaviour
+without it.
 """
 
 import importlib
@@ -37,16 +43,24 @@ def check_trl_version():
         )
 
 
-def _silence_known_warnings():
-    """Notices that every run would print and that say nothing about this run, each silenced where it arises."""
-    # TRL 1.12 still sets `gradient_checkpointing`, which transformers 5 renamed; both names keep working.
-    warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
-    # PPO lives in trl.experimental in TRL 1.12 (and is gone in 1.13): we pinned that knowingly.
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# Notices that every run would print and that say nothing about this run: (message, category, module) as
+# `warnings.filterwarnings` takes them. A test checks that a tiny PPO run still gives each.
+KNOWN_WARNINGS = [
+    # TRL 1.12 still uses the `gradient_checkpointing` names, which transformers 5 renamed `activation_checkpointing`
+    # (PPO's PolicyAndValueWrapper reads `policy.is_gradient_checkpointing`); both names keep working.
+    (r"`\w*gradient_checkpointing\w*` is deprecated", FutureWarning, ""),
     # TRL's PPO logs val/ratio_var over one value per minibatch; with a single minibatch (1 PPO epoch) torch warns
     # about degrees of freedom. The logged value is then NaN and means nothing.
-    warnings.filterwarnings("ignore", message=r"var\(\): degrees of freedom is <= 0", category=UserWarning,
-                            module=r"trl\.experimental\.ppo")
+    (r"var\(\): degrees of freedom is <= 0", UserWarning, r"trl\.experimental\.ppo"),
+]
+
+
+def _silence_known_warnings():
+    """Silence `KNOWN_WARNINGS`, each where it arises, and TRL's notice on importing `trl.experimental`: PPO lives
+    there in TRL 1.12 (and is gone in 1.13), which we pinned knowingly."""
+    for message, category, module in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 _silence_known_warnings()
@@ -54,6 +68,8 @@ _silence_known_warnings()
 from transformers import TrainerCallback  # noqa: E402
 from trl import TrlParser  # noqa: E402 (after the filters: importing TRL can warn)
 
+# Where each name lives in TRL 1.12. PPO moved from `trl` to `trl.experimental.ppo` (huggingface/trl#4482; v1.9.0
+# already has no `trl.PPOTrainer`) and is gone from 1.13 (huggingface/trl#7020); the others are TRL's top level.
 _WHERE = {
     "GRPOConfig": "trl",
     "GRPOTrainer": "trl",
@@ -62,6 +78,7 @@ _WHERE = {
     "RewardTrainer": "trl",
     "PPOConfig": "trl.experimental.ppo",
     "PPOTrainer": "trl.experimental.ppo",
+    "PatchedPPOTrainer": "rlhf.trl_compat.ppo_fixes",
     "PPOTrainerHooks": "rlhf.trl_compat.ppo",
 }
 

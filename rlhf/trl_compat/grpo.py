@@ -1,17 +1,20 @@
 """TRL 1.12's `GRPOTrainer`, resumed exactly where it stopped, also inside a generation block.
 
-TRL generates the completions of `steps_per_generation` x `num_iterations` forward/backward passes at once,
-keeps them in `_buffered_inputs`, and trains each pass on the slice `_step % steps_per_generation` of that buffer,
-generating afresh when `_step` (the passes since the trainer was built) is a multiple of the block. It saves
-neither: resumed, `_step` starts at 0 with no buffer, so the first pass after the checkpoint generates again (a
-second sample for a block already half trained on) and every later block is shifted. And its `RepeatSampler`
-draws each pass over the prompts from one generator seeded once, so a run resumed in a later pass over the prompts
-gets the first pass's order again.
+What TRL 1.12 does (trl/trainer/grpo_trainer.py): it generates the completions of `steps_per_generation x
+num_iterations` forward/backward passes at once and keeps them in `_buffered_inputs`; `_prepare_inputs` trains
+each pass on the slice `_step % steps_per_generation` of that buffer and generates afresh when `_step` (counted by
+`training_step` since the trainer was built) is a multiple of the block. It saves neither. And its train sampler,
+`RepeatSampler` (trl/trainer/utils.py, from `_get_train_sampler`), draws each pass over the prompts from one
+generator seeded once, with no `set_epoch`.
+What goes wrong: a run resumed (or continued) inside a block starts at `_step` 0 with no buffer, so its first pass
+generates again (a second sample for a block already half trained on) and every later block is shifted; a run
+resumed in a later pass over the prompts draws the first pass's order again. Observable: the resumed run's weights
+differ from one uninterrupted run's (`tests/test_interruption.py`, `tests/test_distributed.py`), and it generates
+where an uninterrupted run trains on its buffer (`tests/test_trl_compat.py`).
 
-`ResumableGRPOTrainer` saves the buffer and `_step` in each checkpoint (before `trainer_state.json`, which marks a
-checkpoint complete), puts them back on resume, and gives the sampler the `set_epoch` that accelerate calls before
-each pass (and a callback, where accelerate's call does not reach it): a resumed or continued run trains what one
-uninterrupted run trains. `tests/test_trl_compat.py` pins each assumption.
+Fix: `ResumableGRPOTrainer` saves the buffer and `_step` in each checkpoint (before `trainer_state.json`, which
+marks a checkpoint complete), puts them back on resume, and gives the sampler the `set_epoch` that accelerate
+calls before each pass (and a callback, where accelerate's call does not reach it).
 """
 
 import logging

@@ -1,9 +1,10 @@
-"""TRL 1.12's `PPOTrainer` with named hook points, so that `rlhf/ppo.py` reaches into nothing private.
+"""TRL 1.12's `PPOTrainer` (its bugs fixed, see `ppo_fixes.py`) with named hook points, so that `rlhf/ppo.py`
+reaches into nothing private.
 
 TRL's `PPOTrainer.train()` is one long loop with no hooks of its own: it always starts at batch 1 with its
 counters at zero, generates through the policy's `generate()`, reads `args.kl_coef` afresh for each batch, and
 saves through transformers' private `_save_checkpoint`. `PPOTrainerHooks` gives each of those details a name and
-a docstring; `tests/test_trl_compat.py` pins every one of them.
+a docstring; `tests/test_trl_compat.py` checks each by what a tiny trainer does.
 
 Hooks a subclass overrides (each does nothing here):
 - `record_completions(completions, stop_token_id)`: each batch of completions generated for training;
@@ -14,13 +15,8 @@ What a subclass calls or reads:
 - `trained_policy`, `trained_value_model`, `value_model_state_dict()`;
 - `restore_optimizer_scheduler_and_rng(checkpoint)` and `start_at_batch(done)`: to resume a run, in the pass over
   the prompts it stopped in, drawn in the same order (each checkpoint holds the random state the pass was drawn from).
-
-Saving also works under DDP here, which TRL 1.12 gets wrong (trl issue #2375), and so does LoRA (TRL 1.12 reads the
-reference policy through the DDP wrapper, see `_fix_lora_reference_under_ddp`), and so do rollouts of several
-mini-batches (`num_mini_batches` > 1), which TRL 1.12 refuses or trains on wrongly (see `__init__`).
 """
 
-from contextlib import contextmanager
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -33,34 +29,15 @@ DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of t
 
 check_trl_version()  # another release breaks what follows in ways that no error message would explain
 
-from trl.experimental.ppo import PPOTrainer  # noqa: E402
+from rlhf.trl_compat.ppo_fixes import PatchedPPOTrainer  # noqa: E402
 
 
-class PPOTrainerHooks(PPOTrainer):
-    # transformers' Trainer.__init__ sets this, but TRL's PPOTrainer does not call it; saving reads it in every
-    # process but the first of a multi-process run.
-    is_distributed_loading_by_transformers = False
+class PPOTrainerHooks(PatchedPPOTrainer):
+    """TRL's PPO trainer, its 1.12 bugs fixed, with the hook points this module's docstring lists."""
 
     def __init__(self, *args, **kwargs):
-        # TRL 1.12 makes a rollout of per_device_train_batch_size x gradient_accumulation_steps prompts per process,
-        # cuts it into num_mini_batches mini-batches (one optimizer step each) of per_device_train_batch_size
-        # micro-batches, and has accelerate accumulate gradients over gradient_accumulation_steps micro-batches.
-        # With num_mini_batches > 1 those disagree: the rollout is num_mini_batches times too small (an error when
-        # it does not divide, else fewer steps on fewer prompts than asked). So the rollout is sized with the
-        # accumulation counted once per mini-batch, and accelerate then accumulates over one mini-batch. Nor may the
-        # rollout that ends a pass over the prompts step at every micro-batch (accelerate's default at the end of
-        # a dataloader): TRL draws one batch of the dataloader per rollout and trains on it after.
-        config = kwargs["args"] if "args" in kwargs else args[0]
-        accumulation = config.gradient_accumulation_steps
-        config.gradient_accumulation_steps = accumulation * config.num_mini_batches
-        try:
-            super().__init__(*args, **kwargs)
-        finally:
-            config.gradient_accumulation_steps = accumulation  # train() sizes its per-micro-batch statistics by it
-        self.accelerator.gradient_accumulation_steps = accumulation
-        self.accelerator.gradient_state.plugin_kwargs["sync_with_dataloader"] = False
+        super().__init__(*args, **kwargs)
         self.dataloader = _RecordedPasses(self.dataloader)
-        self._fix_lora_reference_under_ddp()
         # TRL generates inside train(), through the policy's own generate() (trl's `batch_generation`): wrapping it
         # on this policy object is the only way to see the completions.
         self._recording = True
@@ -73,18 +50,6 @@ class PPOTrainerHooks(PPOTrainer):
             return output
 
         self.trained_policy.generate = recording_generate
-
-    def _fix_lora_reference_under_ddp(self):
-        """With LoRA and several processes, TRL 1.12's train() died at the first rollout (AttributeError:
-        'DistributedDataParallel' object has no attribute 'policy'): its reference forward, the policy with the
-        adapter disabled, reads `self.model.policy` in `null_ref_context` and `model.policy` in train(), through
-        the DDP wrapper. The wrapper gets the policy as a plain attribute, not a registered submodule: DDP's
-        parameters and state dict stay as they are, and that forward runs under no_grad, where DDP has no
-        gradients to synchronise."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        if isinstance(self.model, DistributedDataParallel):
-            object.__setattr__(self.model, "policy", self.model.module.policy)
 
     # ---- Hooks ----
 
@@ -184,25 +149,7 @@ class PPOTrainerHooks(PPOTrainer):
             checkpoint.mkdir(parents=True, exist_ok=True)
             torch.save(self.dataloader.state(), checkpoint / DATA_ORDER_FILE)
         self.save_extra_checkpoint_files(checkpoint)
-        with self._without_ddp_wrapper():
-            super()._save_checkpoint(model, trial)
-
-    def save_model(self, output_dir=None, _internal_call=False):
-        with self._without_ddp_wrapper():
-            super().save_model(output_dir, _internal_call)
-
-    @contextmanager
-    def _without_ddp_wrapper(self):
-        """TRL 1.12's PPO saving reads `.policy` and `.config` off the model, which DDP hides (trl issue #2375)."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        wrapped = self.model
-        if isinstance(wrapped, DistributedDataParallel):
-            self.model = wrapped.module
-        try:
-            yield
-        finally:
-            self.model = wrapped
+        super()._save_checkpoint(model, trial)
 
 
 class _RecordedPasses:
