@@ -30,6 +30,7 @@ from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteEr
 from rlhf.evaluation import (Interrupted, ReportNotWritten, StopOnSignal, check_writable, compare, draw_prompts,
                              format_table, generate, held_out_prompts, save_report, score, scoring_record, summarize)
 from rlhf.models import check_model_source, check_policy, load_causal_lm, load_tokenizer, reward_model_dtype
+from rlhf.processes import on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
 from rlhf.run import LIBRARIES, versions
@@ -80,7 +81,6 @@ def main(args, rewards):
 
 
 def evaluate(args, rewards, report, stop):
-    import torch
     from tqdm.auto import tqdm
 
     ################
@@ -111,7 +111,7 @@ def evaluate(args, rewards, report, stop):
     ################
     # Generate and score, one model at a time; the report is saved after each
     ################
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if on_gpu() else "cpu"
     scorer_dtype = reward_model_dtype(rewards.reward_model_dtype, args.dtype, on_gpu=device == "cuda")
     weights = args.reward_weights or [1.0] * len(rewards.reward_funcs)
     load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, scorer_dtype,

@@ -20,11 +20,11 @@ from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, Rewa
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
-                         load_kwargs, load_tokenizer, lora_config, on_gpu, reward_model_dtype, trainable_model_path)
-from rlhf.guard import guarded_train
+                         load_kwargs, load_tokenizer, lora_config, reward_model_dtype, trainable_model_path)
+from rlhf.processes import is_main_process, on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
-from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
+from rlhf.run import start_run
 
 
 def main(model_args, data_args, reward_args, training_args):
@@ -41,13 +41,13 @@ def main(model_args, data_args, reward_args, training_args):
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
     check_4bit(model_args.load_in_4bit)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
-    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
+    scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args.use_cpu))
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
     training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,
                                                   model_args.load_in_4bit)
-    launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)
+    run = start_run("train_grpo.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
 
     from transformers import set_seed
 
@@ -79,7 +79,7 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     # Training
     ################
-    record_launch(training_args.output_dir, "train_grpo.py", configs, launch)
+    run.record()
     trainer = ResumableGRPOTrainer(
         model=str(trainable_model_path(model_args.model_name_or_path, training_args.output_dir,
                                        training_args.trust_remote_code)),
@@ -89,14 +89,12 @@ def main(model_args, data_args, reward_args, training_args):
         processing_class=tokenizer,
         peft_config=lora_config(model_args),
     )
-    guarded_train(trainer, training_args.output_dir, launch.checkpoint)
+    run.train(trainer)
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
-    trainer.save_model(training_args.output_dir)
-    if is_main_process():
-        tokenizer.save_pretrained(training_args.output_dir)
-        mark_finished(training_args.output_dir, global_step=trainer.state.global_step)
-        print(f"Saved the final {'adapter' if model_args.use_lora else 'model'} to {training_args.output_dir}.")
+    run.save(trainer, tokenizer)
+    run.finish(trainer, f"Saved the final {'adapter' if model_args.use_lora else 'model'} to "
+               f"{training_args.output_dir}.")
 
 
 def _check_vllm_installed():

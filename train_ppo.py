@@ -20,11 +20,11 @@ import logging
 from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
-from rlhf.guard import guarded_train
 from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
                          load_tokenizer, lora_config)
+from rlhf.processes import is_main_process
 from rlhf.reward import check_reward_model, check_value_model, ensure_distinct_pad
-from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
+from rlhf.run import start_run
 
 
 def main(model_args, data_args, training_args):
@@ -47,8 +47,8 @@ def main(model_args, data_args, training_args):
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path", training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)
-    launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)
-    resume_from = launch.checkpoint
+    run = start_run("train_ppo.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
+    resume_from = run.checkpoint
 
     from transformers import set_seed
 
@@ -70,7 +70,7 @@ def main(model_args, data_args, training_args):
     ################
     # Models (from the checkpoint when resuming)
     ################
-    record_launch(training_args.output_dir, "train_ppo.py", configs, launch)
+    run.record()
     policy, ref_policy, reward_model, value_model = load_ppo_models(model_args, training_args, tokenizer, resume_from)
 
     ################
@@ -89,14 +89,12 @@ def main(model_args, data_args, training_args):
     )
     if resume_from:
         trainer.resume(resume_from, load_adapter=model_args.use_lora)
-    guarded_train(trainer, training_args.output_dir, resume_from, train=trainer.train)
+    run.train(trainer, train=trainer.train)
 
-    trainer.save_model(training_args.output_dir)  # the policy (the adapter with LoRA)
+    run.save(trainer, tokenizer)  # the policy (the adapter with LoRA)
     trainer.save_value_model(f"{training_args.output_dir}/{VALUE_MODEL_DIR}")
-    if is_main_process():
-        tokenizer.save_pretrained(training_args.output_dir)
-        mark_finished(training_args.output_dir, global_step=trainer.state.global_step, episode=trainer.state.episode)
-        print(f"Saved the final policy to {training_args.output_dir} and the value model to {VALUE_MODEL_DIR}/ in it.")
+    run.finish(trainer, f"Saved the final policy to {training_args.output_dir} and the value model to "
+               f"{VALUE_MODEL_DIR}/ in it.", episode=trainer.state.episode)
 
 
 @exit_on_user_error

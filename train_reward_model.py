@@ -19,11 +19,11 @@ from pathlib import Path
 from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
-from rlhf.guard import guarded_train
 from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_precision, load_kwargs,
                          load_tokenizer, lora_config, model_config, trainable_model_path)
+from rlhf.processes import is_main_process
 from rlhf.reward import ensure_distinct_pad, held_out_accuracy, held_out_size, save_reward_model, tokenize_pairs
-from rlhf.run import is_main_process, mark_finished, prepare_output_dir, record_launch
+from rlhf.run import start_run
 
 ACCURACY_FILE = "reward_accuracy.json"
 
@@ -39,7 +39,7 @@ def main(model_args, data_args, training_args):
     ensure_distinct_pad(tokenizer)  # the score is read at the final EOS, so EOS must not count as padding
     training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,
                                                   model_args.load_in_4bit, tokenizer.pad_token_id)
-    launch = prepare_output_dir(training_args.output_dir, configs, training_args.resume_from_checkpoint)
+    run = start_run("train_reward_model.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
 
     from rlhf.trl_compat import RewardTrainer
 
@@ -59,7 +59,7 @@ def main(model_args, data_args, training_args):
     ################
     # Training
     ################
-    record_launch(training_args.output_dir, "train_reward_model.py", configs, launch)
+    run.record()
     trainer = RewardTrainer(
         model=str(trainable_model_path(model_args.model_name_or_path, training_args.output_dir,
                                        training_args.trust_remote_code)),
@@ -68,20 +68,17 @@ def main(model_args, data_args, training_args):
         processing_class=tokenizer,
         peft_config=lora_config(model_args, task_type="SEQ_CLS"),
     )
-    guarded_train(trainer, training_args.output_dir, launch.checkpoint)
+    run.train(trainer)
 
     ################
     # Save a plain sequence classifier (LoRA merged, score head kept) and its held-out accuracy
     ################
     model = save_reward_model(trainer, model_args, tokenizer, training_args.output_dir, training_args.trust_remote_code)
-    if not is_main_process():
-        return
-    if held_out is not None:
+    if held_out is not None and is_main_process():
         report = held_out_accuracy(model, tokenizer, held_out)
         Path(training_args.output_dir, ACCURACY_FILE).write_text(json.dumps(report, indent=2) + "\n")
         print(f"Held-out pairwise accuracy: {report['accuracy']:.3f} on {report['num_pairs']} pairs.")
-    mark_finished(training_args.output_dir, global_step=trainer.state.global_step)
-    print(f"Saved the reward model to {training_args.output_dir}.")
+    run.finish(trainer, f"Saved the reward model to {training_args.output_dir}.")
 
 
 @exit_on_user_error

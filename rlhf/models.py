@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rlhf.errors import UserError, first_line
 from rlhf.data import did_you_mean_path, looks_like_local_path
+from rlhf.processes import cuda_available, main_process_first
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # the attention projections of Llama-like models
@@ -236,10 +237,8 @@ def trainable_model_path(name_or_path, output_dir, trust_remote_code=False):
     name_or_path = loadable(name_or_path)
     if adapter_base(name_or_path) is None:
         return name_or_path
-    from accelerate import PartialState
-
     target = Path(output_dir) / START_MODEL_DIR
-    with PartialState().main_process_first():  # one process merges, the others wait and read
+    with main_process_first():  # one process merges, the others wait and read
         if not (target / "config.json").is_file():
             print(f"Merging the adapter {name_or_path} into its base: the run starts from {target}.", flush=True)
             model, tokenizer = load_causal_lm(name_or_path, "float32", trust_remote_code)
@@ -359,9 +358,7 @@ def check_4bit(load_in_4bit):
         return
     import importlib.util
 
-    import torch
-
-    if not torch.cuda.is_available():
+    if not cuda_available():
         raise UserError("--load_in_4bit needs a CUDA GPU (bitsandbytes' 4-bit kernels) and none is visible here; drop "
                         "it: --use_lora alone also trains with little memory")
     if importlib.util.find_spec("bitsandbytes") is None:
@@ -420,13 +417,6 @@ def reward_model_dtype(choice, dtype, on_gpu):
         return "bfloat16" if on_gpu else dtype
     torch_dtype(choice, "--reward_model_dtype")
     return choice
-
-
-def on_gpu(training_args):
-    """True when training runs on a CUDA GPU (not forced onto the CPU with --use_cpu)."""
-    import torch
-
-    return torch.cuda.is_available() and not training_args.use_cpu
 
 
 def check_precision(model_args, training_args):

@@ -46,7 +46,8 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     `trainable_model_path`, which merges an adapter into the output folder."""
     from transformers import AutoModelForCausalLM
 
-    from rlhf.models import load_kwargs, load_sequence_classifier, on_gpu, reward_model_dtype, trainable_model_path
+    from rlhf.models import load_kwargs, load_sequence_classifier, reward_model_dtype, trainable_model_path
+    from rlhf.processes import on_gpu
     from rlhf.reward import load_reward_model
 
     trust = training_args.trust_remote_code
@@ -58,7 +59,8 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
     ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(
         start, **load_kwargs(model_args.dtype, trust, pad_token_id=pad))
-    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, on_gpu(training_args))
+    gpu = on_gpu(training_args.use_cpu)
+    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, gpu)
     reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
     reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
     value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else training_args.value_model_path or reward_path

@@ -1,13 +1,65 @@
-"""Which process this is in a launch: one for `python script.py`, several under torchrun / accelerate launch."""
+"""Which process this is in a launch, how many there are, and whether it trains on a GPU: the one place that says.
 
+One process for `python script.py`, several under torchrun / accelerate launch. Once the training arguments have
+set accelerate up (transformers' `TrainingArguments` creates its `PartialState` as it is parsed), accelerate's
+`PartialState` answers. Before that (the configs' own checks, run while they are parsed) the launcher's environment
+answers (torchrun, accelerate launch and deepspeed set RANK and WORLD_SIZE): creating a `PartialState` here would
+start the process group itself, with accelerate's defaults rather than the run's (`--ddp_backend`, `--ddp_timeout`,
+DeepSpeed's own start-up), and before `--use_cpu` is settled, so a CPU launch would find no backend and count every
+process as the only one. Nothing here imports torch or accelerate when the module is imported.
+"""
+
+import contextlib
 import os
+import sys
+
+
+def _partial_state():
+    """accelerate's `PartialState` once something (the training arguments) has set it up; None before. Never creates
+    it: a new one would start the process group (see above)."""
+    state = sys.modules.get("accelerate.state")
+    if state is None or not state.PartialState._shared_state:
+        return None
+    return state.PartialState()
 
 
 def launched_processes():
-    """How many processes torchrun / accelerate launch started (1 for a plain `python script.py`)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """How many processes the launch started (1 for a plain `python script.py`)."""
+    state = _partial_state()
+    return state.num_processes if state else int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def process_index():
+    """This process's rank in the launch, 0 to launched_processes() - 1."""
+    state = _partial_state()
+    return state.process_index if state else int(os.environ.get("RANK", "0"))
 
 
 def is_main_process():
-    """False in the other processes of a multi-process launch (torchrun / accelerate launch set RANK)."""
-    return os.environ.get("RANK", "0") == "0"
+    """True in the one process that writes what a launch writes once (the lock, the manifest, the tokenizer, lines
+    said once); False in the others."""
+    return process_index() == 0
+
+
+@contextlib.contextmanager
+def main_process_first():
+    """The main process runs the block first (e.g. writes a file), then the others (which read it)."""
+    state = _partial_state()
+    with state.main_process_first() if state else contextlib.nullcontext():
+        yield
+
+
+def cuda_available():
+    """Whether a CUDA GPU is visible to this process (`CUDA_VISIBLE_DEVICES` may hide them all)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def on_gpu(use_cpu=False):
+    """Whether training runs on a CUDA GPU: one is visible and `--use_cpu` does not keep training off it.
+
+    The configs' defaults ask it before any process group exists, and what loads the models after: both get the
+    same answer from the same inputs, which is also the device the Trainer picks on a CUDA machine.
+    """
+    return cuda_available() and not use_cpu

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlhf.errors import NothingToDo, UserError
 from rlhf.lock import lock_output_dir, make_folder, release_locks
-from rlhf.processes import is_main_process, launched_processes
+from rlhf.processes import is_main_process, launched_processes, on_gpu
 
 MANIFEST = "run_manifest.json"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -257,7 +257,7 @@ def _describe(changes):
 def resolved_settings(configs):
     """What `auto` and the machine make of the configs: the dtypes the policy and the reward model load in, the
     device type. Recorded in the manifest and compared on resume (`RESOLVED_COMPARED`)."""
-    from rlhf.models import on_gpu, resolve_dtype, reward_model_dtype
+    from rlhf.models import resolve_dtype, reward_model_dtype
 
     fields = {}
     for config in configs:
@@ -267,7 +267,7 @@ def resolved_settings(configs):
     training = next((config for config in configs if hasattr(config, "use_cpu")), None)
     if training is None:
         return {}
-    gpu = on_gpu(training)
+    gpu = on_gpu(training.use_cpu)
     resolved = {"device": "cuda" if gpu else "cpu"}
     if "dtype" in fields:
         resolved["dtype"] = resolve_dtype(fields["dtype"], fields.get("model_name_or_path"))
@@ -355,6 +355,62 @@ def mark_finished(output_dir, **extra):
     manifest = read_manifest(output_dir)
     manifest.update(finished_at=_now(), **extra)
     write_json(Path(output_dir) / MANIFEST, manifest)
+
+
+def start_run(script, configs):
+    """Begin a launch of `script` on the output folder of its training arguments (the last of `configs`), before any
+    data or model loads: the folder is taken and what the launch does is decided (`prepare_output_dir`: fresh,
+    resume, continue; refusals and `NothingToDo` raise here). The run then goes `record` (once the data has loaded),
+    `train`, `save`, `finish`. The folder stays held until the script ends: `exit_on_user_error` frees it on every
+    way out (done, refused, interrupted, NaN), and so does interpreter exit for any other caller."""
+    training = configs[-1]
+    launch = prepare_output_dir(training.output_dir, configs, training.resume_from_checkpoint)
+    return TrainingRun(script, tuple(configs), training.output_dir, launch)
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """One launch of a training script on its output folder, from `start_run` to `finish`."""
+
+    script: str
+    configs: tuple
+    output_dir: str
+    launch: Launch
+    recorded: bool = False
+
+    @property
+    def checkpoint(self):
+        """The checkpoint this launch resumes or continues from; None for a fresh run."""
+        return self.launch.checkpoint
+
+    def record(self):
+        """Write this launch into the manifest: after the data has loaded (a wrong column leaves a new folder as it
+        found it) and before any model loads (an adapter is merged into the folder, `trainable_model_path`)."""
+        record_launch(self.output_dir, self.script, self.configs, self.launch)
+        self.recorded = True
+
+    def train(self, trainer, train=None):
+        """`trainer.train()` (or `train()`) under `guarded_train`: Ctrl-C or SIGTERM saves a checkpoint and exits
+        130, a non-finite value exits 1. Returns only when training ran to its end."""
+        from rlhf.guard import guarded_train  # it imports transformers
+
+        if not self.recorded:
+            raise RuntimeError("record() the launch before training: each checkpoint keeps a copy of its manifest")
+        guarded_train(trainer, self.output_dir, self.checkpoint, train)
+
+    def save(self, trainer, tokenizer):
+        """Save the final model (with LoRA, the adapter) in every process, since FSDP and ZeRO-3 gather the weights
+        to save them, and its tokenizer from the main process."""
+        trainer.save_model(self.output_dir)
+        if is_main_process():
+            tokenizer.save_pretrained(self.output_dir)
+
+    def finish(self, trainer, message, **extra):
+        """Once everything is saved: mark the run finished (the same command again has nothing to do) with the step
+        it reached and `extra`, and say `message`, from the main process."""
+        if is_main_process():
+            mark_finished(self.output_dir, global_step=trainer.state.global_step, **extra)
+            print(message, flush=True)
 
 
 def write_json(path, data):

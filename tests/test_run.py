@@ -1,11 +1,16 @@
 import json
 from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from transformers import TrainerState
 
-from rlhf.errors import NothingToDo, UserError
+from rlhf.cli import exit_on_user_error
+from rlhf.errors import NonFiniteError, NothingToDo, UserError
 from rlhf.lock import release_locks
-from rlhf.run import changed_flags, last_checkpoint, mark_finished, prepare_output_dir, read_manifest, record_launch
+from rlhf.run import (changed_flags, last_checkpoint, mark_finished, prepare_output_dir, read_manifest, record_launch,
+                      start_run)
 
 
 @dataclass
@@ -218,3 +223,84 @@ def test_a_live_run_holds_its_output_dir_and_a_dead_ones_lock_is_taken_over(tmp_
     lock.write_text(json.dumps({**holder, "pid": other.pid, "host": "elsewhere"}))  # cannot be checked from here
     with pytest.raises(UserError, match=f"on host elsewhere.*if that run is gone, delete {lock}"):
         prepare_output_dir(tmp_path, [Settings()])
+
+
+@dataclass
+class Training:
+    """A stand-in for a script's training arguments: where the run goes, and a length."""
+
+    output_dir: str = ""
+    resume_from_checkpoint: str = None
+    max_steps: int = 10
+
+
+class Trainer:
+    """What a `TrainingRun` uses of a trainer: callbacks, a state, `train` (which may fail) and `save_model`."""
+
+    def __init__(self, fails=None):
+        self.state, self.callbacks, self.fails = TrainerState(), [], fails
+        self.callback_handler = SimpleNamespace(callbacks=self.callbacks)
+
+    def add_callback(self, callback):
+        self.callbacks.append(callback)
+
+    def train(self, resume_from_checkpoint=None):
+        self.state.global_step = 10
+        if self.fails:
+            raise self.fails
+
+    def save_model(self, output_dir):
+        (Path(output_dir) / "model.safetensors").write_text("weights")
+
+
+@exit_on_user_error
+def script(output_dir, trainer, max_steps=10):
+    """A training script's lifecycle, as train_grpo.py, train_ppo.py and train_reward_model.py go through it."""
+    run = start_run("train_grpo.py", [Training(str(output_dir), max_steps=max_steps)])
+    run.record()
+    run.train(trainer)
+    run.save(trainer, SimpleNamespace(save_pretrained=lambda folder: (Path(folder) / "tokenizer.json").write_text("")))
+    run.finish(trainer, "Saved.")
+
+
+def test_a_run_holds_its_folder_until_it_ends_and_a_finished_one_has_nothing_to_do(tmp_path, capsys):
+    out = tmp_path / "run"
+    script(out, Trainer())
+    manifest = read_manifest(out)
+    assert manifest["finished_at"] and manifest["global_step"] == 10 and len(manifest["launches"]) == 1
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    assert not (out / "run.lock").exists()
+    assert capsys.readouterr().out.splitlines()[-1] == "Saved."
+
+    with pytest.raises(SystemExit) as done:
+        script(out, Trainer())
+    assert done.value.code == 0 and "nothing to do" in capsys.readouterr().out
+    assert read_manifest(out) == manifest and not (out / "run.lock").exists()
+
+
+@pytest.mark.parametrize("error, code", [(NonFiniteError("training loss became nan at step 3"), 1),
+                                         (KeyboardInterrupt(), 130), (UserError("reward function x raised"), 2)])
+def test_a_run_stopped_in_training_frees_its_folder_and_is_not_marked_finished(tmp_path, capsys, error, code):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as stopped:
+        script(out, Trainer(fails=error))
+    assert stopped.value.code == code
+    manifest = read_manifest(out)
+    assert manifest["finished_at"] is None and len(manifest["launches"]) == 1  # recorded, then stopped
+    assert not (out / "model.safetensors").exists() and not (out / "run.lock").exists()
+
+
+def test_a_bug_in_training_raises_and_still_frees_the_folder(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ZeroDivisionError):
+        script(out, Trainer(fails=ZeroDivisionError()))
+    assert read_manifest(out)["finished_at"] is None and not (out / "run.lock").exists()
+
+
+def test_training_before_the_launch_is_recorded_is_a_bug(tmp_path):
+    run = start_run("train_grpo.py", [Training(str(tmp_path / "run"))])
+    try:
+        with pytest.raises(RuntimeError, match="record"):
+            run.train(Trainer())
+    finally:
+        release_locks()
