@@ -48,7 +48,8 @@ class ModelArguments(ModelConfig):
         metadata={"help": "Modules that get LoRA adapters (default: the attention projections), or all-linear."},
     )
     use_bnb_nested_quant: bool = field(
-        default=True, metadata={"help": "4-bit: quantize the quantization constants too (QLoRA's double quantization)."}
+        default=True,
+        metadata={"help": "4-bit: quantize the quantization constants too (QLoRA's double quantization)."},
     )
     allow_half_precision_weights: bool = field(
         default=False,
@@ -219,8 +220,9 @@ class RewardArguments(RewardModelArguments):
 
     def __post_init__(self):
         if "reward_model" not in self.reward_funcs:  # trl grpo would score with the model as well: say it is not
-            note(self, "reward_model_name_or_path", f"note: --reward_model_name_or_path {self.reward_model_name_or_path}"
-                 " is not used: --reward_funcs has no reward_model (add it to score with the model too)")
+            note(self, "reward_model_name_or_path", f"note: --reward_model_name_or_path "
+                 f"{self.reward_model_name_or_path} is not used: --reward_funcs has no reward_model (add it to score "
+                 "with the model too)")
 
     @property
     def boxed_rewards(self):

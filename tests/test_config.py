@@ -84,9 +84,9 @@ def test_help_lists_the_package_flags_first_in_groups_then_every_flag_by_argumen
     for flag in ("--use_peft", "--dataset_train_split", "--reward_model_name_or_path", "--prompts_per_step", "--beta"):
         assert flag in summary
     assert "--adam_beta1" not in summary and "--adam_beta1" in text
-    groups = [text.index(f"\n{title}:\n") for title in ("Model and LoRA (TRL's ModelConfig)", "Data (TRL's ScriptArguments)",
-                                                         "Reward", "Training (TRL's GRPOConfig and transformers' "
-                                                         "TrainingArguments)")]
+    titles = ("Model and LoRA (TRL's ModelConfig)", "Data (TRL's ScriptArguments)", "Reward",
+              "Training (TRL's GRPOConfig and transformers' TrainingArguments)")
+    groups = [text.index(f"\n{title}:\n") for title in titles]
     assert groups == sorted(groups)
 
 
@@ -209,7 +209,8 @@ def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
     types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "reward_model": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig)}[name]
     path = ROOT / "configs" / f"{name}.yaml"
-    parsed = {key: value for config in parse_args(types, ["--config", str(path)]) for key, value in vars(config).items()}
+    parsed = {key: value for config in parse_args(types, ["--config", str(path)])
+              for key, value in vars(config).items()}
     for key, value in yaml.safe_load(path.read_text()).items():
         assert parsed[key.replace("-", "_")] == value, key
 
@@ -363,7 +364,7 @@ def test_the_checkpoint_dtype_is_read_from_its_config_without_loading_it(tiny_mo
 
 
 def trl_grpo_yaml(models, path, output_dir):
-    """A YAML in `trl grpo`'s own vocabulary (TRL's ScriptArguments, ModelConfig, GRPOConfig keys) on the tiny models."""
+    """A YAML in `trl grpo`'s vocabulary (TRL's ScriptArguments, ModelConfig, GRPOConfig keys) on the tiny models."""
     import yaml
 
     config = {"model_name_or_path": str(models["policy"]), "dataset_name": str(models["prompts"]),
@@ -407,7 +408,7 @@ def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models,
      ["--model-path", "a", "b", "--dataset_split", "test"]),
     ("evaluate", ["--model_path", "a"], ["--model_name_or_path", "a"]),
 ])
-def test_the_older_spellings_set_what_trl_names_set_as_flags_and_as_yaml_keys(script, trl_names, older_names, tmp_path):
+def test_the_older_spellings_set_what_trl_names_set_as_flags_and_yaml_keys(script, trl_names, older_names, tmp_path):
     import yaml
 
     from config import EvalArguments
@@ -428,7 +429,7 @@ def test_the_older_spellings_set_what_trl_names_set_as_flags_and_as_yaml_keys(sc
             else:
                 values.append(flag)
         path = tmp_path / f"{len(list(tmp_path.iterdir()))}.yaml"
-        path.write_text(yaml.safe_dump({key: True if not v else v[0] if len(v) == 1 else v for key, v in keys.items()}))
+        path.write_text(yaml.safe_dump({key: v[0] if len(v) == 1 else v or True for key, v in keys.items()}))
         return ["--config", str(path)]
 
     expected = parsed(trl_names)
@@ -468,7 +469,8 @@ def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch
     assert notes("--num_mini_batches", "1", "--prompts_per_rollout", "8", "--per_device_train_batch_size", "2",
                  types=ppo) == ["note: --num_mini_batches 1 -> 4 (derived from --prompts_per_rollout)"]
     # Several processes on a CPU: said although the user set nothing; once, by the main process.
-    monkeypatch.setattr(config, "launched_processes", lambda: 2)  # torchrun's WORLD_SIZE would start a process group
-    assert notes() == ["note: --use_cpu false -> true (several processes and no GPU: each trains its share on the CPU)"]
+    monkeypatch.setattr(config, "launched_processes", lambda: 2)  # (WORLD_SIZE=2 would start a process group)
+    assert notes() == [
+        "note: --use_cpu false -> true (several processes and no GPU: each trains its share on the CPU)"]
     monkeypatch.setenv("RANK", "1")
     assert notes() == []
