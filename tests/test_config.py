@@ -474,3 +474,24 @@ def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch
         "note: --use_cpu false -> true (several processes and no GPU: each trains its share on the CPU)"]
     monkeypatch.setenv("RANK", "1")
     assert notes() == []
+
+
+def test_trl_model_and_data_fields_this_package_does_not_implement_are_refused_not_ignored(tiny_models, tmp_path,
+                                                                                         run_cli):
+    from conftest import error_line, grpo_args
+
+    from rlhf.models import trained_model_kwargs
+
+    config = tmp_path / "mixture.yaml"
+    config.write_text("datasets:\n  - path: trl-lib/tldr\n")
+    with pytest.raises(UserError, match="datasets in .*: TRL's dataset mixtures are not supported; give one dataset"):
+        parse("--config", str(config))
+    with pytest.raises(UserError, match="--dataset_streaming is not supported"):
+        parse("--dataset_streaming")
+    line = error_line(run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--use_peft",
+                              "--lora_task_type", "SEQ_CLS"))
+    assert "--lora_task_type SEQ_CLS does not fit this script, which trains a CAUSAL_LM model" in line
+    assert not (tmp_path / "out").exists()
+    # What TRL's ModelConfig says about loading reaches from_pretrained.
+    assert trained_model_kwargs(parse("--attn_implementation", "eager")[0])["attn_implementation"] == "eager"
+    assert "attn_implementation" not in trained_model_kwargs(parse()[0])
