@@ -26,11 +26,13 @@ class GRPOTrainingConfig(RunDefaults, GRPOConfig):
         default="./grpo_training_output",
         metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest and the final model go."},
     )
-    prompts_per_step: int = field(
-        default=4,
+    prompts_per_step: int | None = field(
+        default=None,
         metadata={
             "help": "Prompts per optimizer step (summed over devices). With num_generations=4 that is 16 completions "
-            "per step; gradient_accumulation_steps is derived from it. Set 0 to use TRL's batch flags as they are."
+            "per step; gradient_accumulation_steps is derived from it. Default: 4, or 0 where TRL's batch flags are "
+            "given (--gradient_accumulation_steps, --generation_batch_size, --steps_per_generation): 0 uses them as "
+            "they are, as `trl grpo` does."
         },
     )
     prompts_per_generation: int | None = field(
@@ -60,16 +62,21 @@ class GRPOTrainingConfig(RunDefaults, GRPOConfig):
             "Capped at one step's share per device (16 completions on 2 GPUs: 8 each)."
         },
     )
+    gradient_accumulation_steps: int | None = field(
+        default=None,
+        metadata={"help": "Forward/backward passes per optimizer step. Default: derived from --prompts_per_step "
+                          "(given, it is TRL's batch flag: see --prompts_per_step)."},
+    )
     max_completion_length: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (ignored if --max_steps)."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (unless --max_steps)."})
     epsilon: float = field(default=0.2, metadata={"help": "PPO-style clip range of the probability ratio."})
     beta: float = field(
         default=0.04,
         metadata={
-            "help": "KL coefficient against the frozen reference. Must be > 0 to keep the reference model and log `kl` "
-            "(TRL's own default is 0.0)."
+            "help": "KL coefficient against the frozen reference. Must be > 0 to keep the reference model and log "
+            "`kl` (TRL's own default is 0.0)."
         },
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
@@ -77,12 +84,17 @@ class GRPOTrainingConfig(RunDefaults, GRPOConfig):
 
     def __post_init__(self):
         check_sampling(self)
+        if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
+            trl_batch = (self.gradient_accumulation_steps, self.generation_batch_size, self.steps_per_generation)
+            self.prompts_per_step = 4 if trl_batch == (None, None, None) else 0
         if self.prompts_per_step < 0:
             raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
         at_least(self, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
         at_least(self, 1, "per_device_train_batch_size")
         if self.prompts_per_step:
             self._batch_from_prompts()
+        elif self.gradient_accumulation_steps is None:
+            self.gradient_accumulation_steps = 1  # TrainingArguments' default
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
         super().__post_init__()
@@ -103,7 +115,7 @@ class GRPOTrainingConfig(RunDefaults, GRPOConfig):
                 f"--per_device_train_batch_size so that it divides evenly."
             )
         accumulation = completions // per_pass
-        if self.gradient_accumulation_steps not in (1, accumulation):
+        if self.gradient_accumulation_steps not in (None, 1, accumulation):
             raise ValueError(
                 f"--gradient_accumulation_steps {self.gradient_accumulation_steps} conflicts with "
                 f"--prompts_per_step {self.prompts_per_step} (which needs {accumulation}); pass "

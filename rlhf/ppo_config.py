@@ -15,7 +15,7 @@ class PPOModelArguments(ModelArguments):
     model_name_or_path: str = field(
         default="HuggingFaceTB/smollm2-135M-SFT-Only",
         metadata={"aliases": ["--sft_model_path", "--sft-model-path"],
-                  "help": "Policy to train: a Hugging Face Hub id or a local folder (TRL's --sft_model_path works too)."},
+                  "help": "Policy to train: a Hub id or a local folder (TRL's --sft_model_path works too)."},
     )
 
 
@@ -49,8 +49,13 @@ class PPOTrainingConfig(RewardModelArguments, RunDefaults, PPOConfig):
         metadata={
             "help": "Prompts generated together per rollout (summed over devices), then trained on in mini-batches "
             "of per_device_train_batch_size x gradient_accumulation_steps x processes (sets TRL's "
-            "num_mini_batches). Default: 64 on a GPU; one mini-batch on a CPU."
+            "num_mini_batches). Default: 64 on a GPU, one mini-batch on a CPU; where TRL's --num_mini_batches is "
+            "given, that many mini-batches."
         },
+    )
+    num_mini_batches: int | None = field(
+        default=None,
+        metadata={"help": "Mini-batches (optimizer steps) per rollout. Default: derived from --prompts_per_rollout."},
     )
     local_rollout_forward_batch_size: int = field(
         default=16,
@@ -103,16 +108,19 @@ class PPOTrainingConfig(RewardModelArguments, RunDefaults, PPOConfig):
             raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
         if self.kl_coef < 0:
             raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}.")
-        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "local_rollout_forward_batch_size")
+        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps",
+                 "local_rollout_forward_batch_size")
         update = self.per_device_train_batch_size * self.gradient_accumulation_steps * launched_processes()
-        if self.prompts_per_rollout is None:
+        if self.prompts_per_rollout is None and self.num_mini_batches is not None:  # TRL's flag, e.g. from its YAML
+            self.prompts_per_rollout = update * self.num_mini_batches
+        elif self.prompts_per_rollout is None:
             self.prompts_per_rollout = max(GPU_PROMPTS_PER_GENERATION, update) if generation_on_gpu(self) else update
         if self.prompts_per_rollout % update:
             raise ValueError(
                 f"--prompts_per_rollout {self.prompts_per_rollout} is not a multiple of the {update} prompts of one "
                 "optimizer step (per_device_train_batch_size x gradient_accumulation_steps x processes)."
             )
-        if self.num_mini_batches not in (1, self.prompts_per_rollout // update):
+        if self.num_mini_batches not in (None, 1, self.prompts_per_rollout // update):
             raise ValueError(f"--num_mini_batches {self.num_mini_batches} conflicts with --prompts_per_rollout "
                              f"{self.prompts_per_rollout}, which sets it to {self.prompts_per_rollout // update}.")
         change(self, "num_mini_batches", self.prompts_per_rollout // update, "derived from --prompts_per_rollout")

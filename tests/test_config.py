@@ -44,10 +44,22 @@ def test_batch_values_that_cannot_work_are_refused_in_one_line():
     with pytest.raises(UserError, match="not a multiple of per_device_train_batch_size"):
         parse("--per_device_train_batch_size", "5")
     with pytest.raises(UserError, match="--prompts_per_step 0"):
-        parse("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
+        parse("--prompts_per_step", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
     *_, train = parse("--prompts_per_step", "0", "--per_device_train_batch_size", "4",
                       "--gradient_accumulation_steps", "2")
     assert train.gradient_accumulation_steps == 2
+
+
+def test_trls_batch_flags_given_without_prompts_per_step_are_used_as_trl_uses_them(monkeypatch):
+    """`trl grpo` and TRL's PPO take these flags as they are: so does a YAML written for them, run here."""
+    on_a_gpu(monkeypatch, gpu=False)
+    *_, train = parse("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
+    assert (train.prompts_per_step, train.gradient_accumulation_steps, train.generation_batch_size) == (0, 2, 8)
+    *_, train = parse("--per_device_train_batch_size", "4", "--steps_per_generation", "3")
+    assert (train.prompts_per_step, train.gradient_accumulation_steps, train.generation_batch_size) == (0, 1, 12)
+    assert parse()[-1].prompts_per_step == 4
+    ppo = ppo_parse("--num_mini_batches", "3", "--per_device_train_batch_size", "2")
+    assert (ppo.prompts_per_rollout, ppo.num_mini_batches) == (6, 3)
 
 
 def test_use_peft_and_the_older_use_lora_spelled_with_dash_or_underscore():
@@ -371,7 +383,8 @@ def trl_grpo_yaml(models, path, output_dir):
               "dataset_train_split": "train", "reward_model_name_or_path": str(models["reward_model"]),
               "use_peft": True, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": ["q_proj", "v_proj"],
               "learning_rate": 1.0e-4, "lr_scheduler_type": "constant", "max_steps": 2,
-              "per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 8, "logging_steps": 1,
+              "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 2,
+              "max_completion_length": 8, "logging_steps": 1,
               "save_steps": 2, "seed": 0, "bf16": False, "output_dir": str(output_dir)}  # bf16: TRL on a CPU
     path.write_text(yaml.safe_dump(config))
     return config
@@ -396,6 +409,9 @@ def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models,
     assert (adapter["r"], adapter["lora_alpha"], sorted(adapter["target_modules"])) == (8, 16, ["q_proj", "v_proj"])
     state = json.loads((tmp_path / "out" / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["global_step"] == 2 and state["log_history"][0]["learning_rate"] == 1e-4
+    # TRL's batch: 4 completions per pass x 2 passes = 8 completions (4 prompts x 2) per optimizer step.
+    settings = json.loads((tmp_path / "out" / "run_manifest.json").read_text())["config"]["GRPOTrainingConfig"]
+    assert (settings["gradient_accumulation_steps"], settings["generation_batch_size"]) == (2, 8)
 
 
 @pytest.mark.parametrize("script, trl_names, older_names", [
@@ -450,8 +466,8 @@ def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch
         "note: --per_device_train_batch_size 16 -> 4 (one optimizer step's share per process)",
         "note: --dataloader_pin_memory true -> false (pinned memory helps a GPU only, and there is none)",
     ]
-    assert notes("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
-                 "--generation_batch_size", "32") == [
+    assert notes("--prompts_per_step", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps",
+                 "1", "--generation_batch_size", "32") == [
         "note: --gradient_accumulation_steps 1 -> 4 (derived from --prompts_per_step)",
         "note: --generation_batch_size 32 -> 16 (derived from --prompts_per_generation x --num_generations; pass "
         "--prompts_per_step 0 to set it)",
