@@ -377,13 +377,9 @@ def change(config, name, value, why, always=False):
 
 
 def note(config, name, line, always=False):
-    """Keep `line` for `rlhf.cli` to print after parsing, where the user gave `name` (or `always`)."""
+    """Keep `line` on `config` (its `_notes`, no field) for `rlhf.cli` to print after parsing, where the user gave
+    `name` (or `always`)."""
     config.__dict__.setdefault("_notes", []).append((name, line, always))
-
-
-def notes(config):
-    """The (flag, line, always) notes `change` and `note` kept on `config`."""
-    return config.__dict__.get("_notes", [])
 
 
 def _spelled(value):
