@@ -1,20 +1,31 @@
-"""Configuration for every script: dataclasses parsed with TRL's `TrlParser`.
+"""The arguments every script shares, on TRL's own `ModelConfig` and `ScriptArguments`, parsed by `rlhf/cli.py`.
 
-Precedence: the defaults below < a YAML file given with `--config` < command-line flags.
-Every field of TRL's `GRPOConfig` (and of `transformers.TrainingArguments`) is a flag too, e.g.
-`--max_steps 10 --learning_rate 1e-6 --use_cpu`. Dashes and underscores are interchangeable:
-`--use-lora` and `--use_lora` are the same flag.
+Precedence: the defaults below < a YAML file given with `--config` < command-line flags. TRL's names work
+(`--use_peft`, `--dataset_train_split`, `--reward_model_name_or_path`), so a YAML written for `trl grpo` runs here;
+the older spellings stay as aliases (`--use_lora`, `--use-lora`, `--dataset_split`, `--reward_model_path`).
+Dashes and underscores are interchangeable. Each training script's own config (every field of TRL's trainer
+config is a flag too) is a class in `rlhf/grpo_config.py`, `rlhf/ppo_config.py` or `rlhf/reward_config.py`.
 """
 
 from dataclasses import dataclass, field
 
+from trl import ModelConfig, ScriptArguments
+
 from rlhf.models import DEFAULT_LORA_TARGETS
+from rlhf import processes
 from rlhf.processes import launched_processes
+
+# Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
+# from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (README: Performance).
+GPU_PROMPTS_PER_GENERATION = 64
 
 
 @dataclass
-class ModelArguments:
-    """The policy being trained, and how (full fine-tuning or LoRA)."""
+class ModelArguments(ModelConfig):
+    """TRL's `ModelConfig` (every field a flag: --use_peft, --lora_*, --use_rslora, --load_in_4bit, ...) with this
+    package's defaults and checks."""
+
+    _argument_group_name = "Model and LoRA (TRL's ModelConfig)"
 
     model_name_or_path: str = field(
         default="HuggingFaceTB/smollm2-135M-SFT-Only",
@@ -23,20 +34,23 @@ class ModelArguments:
     dtype: str = field(
         default="float32",
         metadata={
-            "help": "Dtype the weights are loaded in (float32, bfloat16, float16 or auto). Mixed precision is "
-            "set separately with --bf16; float32 master weights with --bf16 is the stable choice for training."
+            "help": "Dtype the weights are loaded in. Mixed precision is set separately with --bf16; float32 master "
+            "weights with --bf16 is the stable choice for training.",
+            "choices": ["auto", "bfloat16", "float16", "float32"],
         },
     )
-    use_lora: bool = field(
+    use_peft: bool = field(
         default=False,
-        metadata={"help": "Train a LoRA adapter instead of all weights (--use-lora and --use_lora both work)."},
+        metadata={"aliases": ["--use_lora", "--use-lora"],
+                  "help": "Train a LoRA adapter instead of all weights (--use_lora and --use-lora work too)."},
     )
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling factor alpha (the update is scaled by alpha/r)."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
     lora_target_modules: list[str] = field(
         default_factory=lambda: list(DEFAULT_LORA_TARGETS),
         metadata={"help": "Modules that get LoRA adapters (default: the attention projections), or all-linear."},
+    )
+    use_bnb_nested_quant: bool = field(
+        default=True,
+        metadata={"help": "4-bit: quantize the quantization constants too (QLoRA's double quantization)."},
     )
     allow_half_precision_weights: bool = field(
         default=False,
@@ -49,13 +63,15 @@ class ModelArguments:
         default=False,
         metadata={
             "help": "QLoRA: load the trained model's frozen weights in 4-bit NF4 (bitsandbytes; a CUDA GPU and "
-            "--use_lora needed). Saves memory; the LoRA adapter trains in bf16."
+            "--use_peft needed). Saves memory; the LoRA adapter computes in bf16."
         },
     )
 
     def __post_init__(self):
+        super().__post_init__()
         at_least(self, 1, "lora_r")
-        # A YAML scalar (`lora_target_modules: q_proj` or `all-linear`) arrives as a string; commas separate names too.
+        # TRL turns a one-name list into a string, and so does a YAML scalar (`lora_target_modules: q_proj`); PEFT
+        # would read that string as a pattern for the whole module name. Commas separate names too.
         names = [self.lora_target_modules] if isinstance(self.lora_target_modules, str) else self.lora_target_modules
         self.lora_target_modules = [part for name in names for part in str(name).replace(",", " ").split()]
         if not self.lora_target_modules:
@@ -64,13 +80,20 @@ class ModelArguments:
             raise ValueError(f"--lora_alpha must be > 0, got {self.lora_alpha}.")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
-        if self.load_in_4bit and not self.use_lora:
-            raise ValueError("--load_in_4bit trains a LoRA adapter on frozen 4-bit weights (QLoRA); add --use_lora.")
+        for bits in ("4bit", "8bit"):
+            if getattr(self, f"load_in_{bits}") and not self.use_peft:
+                raise ValueError(f"--load_in_{bits} trains a LoRA adapter on frozen {bits[0]}-bit weights (QLoRA); "
+                                 "add --use_peft.")
+        if self.model_revision != "main":
+            raise ValueError(f"--model_revision {self.model_revision} is not supported; download that revision "
+                             "(huggingface-cli download ID --revision REV --local-dir DIR) and pass the folder.")
 
 
 @dataclass
-class DatasetSource:
-    """Which dataset and split (training and evaluation)."""
+class DatasetSource(ScriptArguments):
+    """TRL's `ScriptArguments` (--dataset_name, --dataset_train_split, ...) with this package's defaults."""
+
+    _argument_group_name = "Data (TRL's ScriptArguments)"
 
     dataset_name: str = field(
         default="Intel/orca_dpo_pairs",
@@ -80,13 +103,35 @@ class DatasetSource:
             "question (+ ground_truth) for math."
         },
     )
-    dataset_split: str = field(default="train", metadata={"help": "Split to read."})
+    dataset_train_split: str = field(
+        default="train", metadata={"aliases": ["--dataset_split", "--dataset-split"], "help": "Split to read."}
+    )
 
     def __post_init__(self):
-        for name in ("dataset_name", "dataset_split"):
+        for name in ("dataset_name", "dataset_train_split"):
             if not str(getattr(self, name) or "").strip():
                 raise ValueError(f"--{name} is empty; give a value (or drop the flag for its default).")
-        _next_post_init(self, DatasetSource)
+        # TRL's fields that this package does not implement: refused rather than ignored.
+        if self.dataset_config is not None:
+            raise ValueError(f"--dataset_config {self.dataset_config} is not supported; point --dataset_name at a "
+                             "local copy of that configuration (a file or a folder).")
+        for name in ("dataset_streaming", "ignore_bias_buffers"):
+            if getattr(self, name):
+                raise ValueError(f"--{name} is not supported by this package; drop it.")
+
+
+@dataclass
+class DataArguments(DatasetSource):
+    """Where the training rows come from."""
+
+    max_samples: int | None = field(
+        default=10_000,
+        metadata={"help": "Use only the first N rows of the split (None or 0: all of them)."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least(self, 0, "max_samples")
 
 
 @dataclass
@@ -105,28 +150,14 @@ class PromptFormat:
         },
     )
 
-    def __post_init__(self):
-        at_least(self, 1, "max_prompt_length")
-        _next_post_init(self, PromptFormat)
-
 
 @dataclass
-class DataArguments(DatasetSource):
-    """Where the training rows come from."""
-
-    max_samples: int | None = field(
-        default=10_000,
-        metadata={"help": "Use only the first N rows of the split (None or 0: all of them)."},
-    )
-
-    def __post_init__(self):
-        at_least(self, 0, "max_samples")
-        _next_post_init(self, DataArguments)
-
-
-@dataclass
-class PromptDataArguments(DataArguments, PromptFormat):
+class PromptDataArguments(PromptFormat, DataArguments):
     """Prompts for the RL scripts."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least(self, 1, "max_prompt_length")
 
 
 @dataclass
@@ -150,12 +181,13 @@ class PreferenceDataArguments(DataArguments):
 class RewardModelArguments:
     """The frozen reward model (GRPO, PPO, evaluation)."""
 
-    reward_model_path: str = field(
+    reward_model_name_or_path: str = field(
         default="./reward_model_output",
         metadata={
+            "aliases": ["--reward_model_path", "--reward-model-path"],
             "help": "Sequence-classification reward model (num_labels=1): a local folder or a Hub id. GRPO and "
             "evaluation score with its own tokenizer and chat template; PPO needs it to share the policy's tokenizer. "
-            "Make one with `python train_reward_model.py`."
+            "Make one with `python train_reward_model.py`. --reward_model_path works too.",
         },
     )
     reward_model_dtype: str = field(
@@ -172,6 +204,8 @@ class RewardModelArguments:
 class RewardArguments(RewardModelArguments):
     """What scores completions: the frozen reward model, rule-based rewards, your own functions."""
 
+    _argument_group_name = "Reward"
+
     reward_funcs: list[str] = field(
         default_factory=lambda: ["reward_model"],
         metadata={
@@ -185,6 +219,12 @@ class RewardArguments(RewardModelArguments):
         default=-0.5, metadata={"help": "boxed_answer: reward when there is no \\boxed{} answer."}
     )
 
+    def __post_init__(self):
+        if "reward_model" not in self.reward_funcs:  # trl grpo would score with the model as well: say it is not
+            note(self, "reward_model_name_or_path", f"note: --reward_model_name_or_path "
+                 f"{self.reward_model_name_or_path} is not used: --reward_funcs has no reward_model (add it to score "
+                 "with the model too)")
+
     @property
     def boxed_rewards(self):
         return self.boxed_correct_reward, self.boxed_wrong_reward, self.boxed_missing_reward
@@ -197,17 +237,18 @@ class Sampling:
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
 
-    def __post_init__(self):
-        if self.temperature <= 0:
-            raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}.")
-        _next_post_init(self, Sampling)
+
+def check_sampling(config):
+    if config.temperature <= 0:
+        raise ValueError(f"--temperature must be > 0 for sampling, got {config.temperature}.")
+    if not 0 < getattr(config, "top_p", 1) <= 1:
+        raise ValueError(f"--top_p must be in (0, 1], got {config.top_p}.")
 
 
 @dataclass
-class _RunDefaults:
-    """Defaults shared by every training script (placed before the TRL config in the bases, so they win)."""
+class RunDefaults:
+    """Defaults and checks shared by the three training configs, placed before TRL's config in their bases (so
+    these defaults win). Its `__post_init__` checks, then hands over to TRL's."""
 
     bf16: bool = field(
         default=False,
@@ -232,17 +273,18 @@ class _RunDefaults:
     EVAL_DATASET = False
 
     def __post_init__(self):
-        if launched_processes() > 1 and not self.use_cpu and not _cuda_available():
+        if launched_processes() > 1 and not self.use_cpu and not processes.cuda_available():
             # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without use_cpu,
             # transformers starts no process group and every process would train alone on all the data.
-            self.use_cpu = True
+            change(self, "use_cpu", True, "several processes and no GPU: each trains its share on the CPU",
+                   always=True)
         if self.tf32 is None:
             self.tf32 = _cuda_supports_tf32() and not self.use_cpu
-        if not _cuda_available():
-            self.dataloader_pin_memory = False  # pinned memory only helps a GPU; without one torch warns every run
+        if not processes.cuda_available() and self.dataloader_pin_memory:
+            change(self, "dataloader_pin_memory", False, "pinned memory helps a GPU only, and there is none")
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
-        if getattr(self, "temperature", 1.0) <= 0:  # PPO's; GRPO's is checked by Sampling
+        if getattr(self, "temperature", 1.0) <= 0:  # PPO's; GRPO's is checked with top_p
             raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
         at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
                  "max_length", "num_ppo_epochs", "num_mini_batches", "total_episodes", "kl_horizon")
@@ -273,230 +315,10 @@ class _RunDefaults:
 
 
 @dataclass
-class _GRPOFields(Sampling, _RunDefaults):
-    """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step` (the config is `GRPOTrainingConfig`).
-
-    Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many
-    completions go through one forward/backward pass on one device. One optimizer step sees
-    `prompts_per_step * num_generations` completions; `gradient_accumulation_steps` is derived from that.
-    """
-
-    output_dir: str = field(
-        default="./grpo_training_output",
-        metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest and the final model go."},
-    )
-    prompts_per_step: int = field(
-        default=4,
-        metadata={
-            "help": "Prompts per optimizer step (summed over devices). With num_generations=4 that is 16 completions "
-            "per step; gradient_accumulation_steps is derived from it. Set 0 to use TRL's batch flags as they are."
-        },
-    )
-    prompts_per_generation: int | None = field(
-        default=None,
-        metadata={
-            "help": "Prompts whose completions are generated together, then trained on over prompts_per_generation / "
-            "prompts_per_step optimizer steps (a multiple of --prompts_per_step). Default: 64 on a GPU, where "
-            "generation is most of a step and batches well; --prompts_per_step on a CPU. Completions trained on at "
-            "later steps come from an older policy: TRL weighs them by the ratio to the old log-probabilities, "
-            "clipped at --epsilon."
-        },
-    )
-    num_generations: int = field(default=4, metadata={"help": "Completions sampled per prompt (the GRPO group)."})
-    top_p: float = field(
-        default=1.0,
-        metadata={
-            "help": "Nucleus sampling threshold of the rollouts. 1.0 (as TRL, OpenRLHF and verl train): the "
-            "log-probabilities, importance ratio and KL are computed on the full distribution, so sampling from a "
-            "truncated one would bias the gradient. Evaluation keeps 0.9."
-        },
-    )
-    per_device_train_batch_size: int = field(
-        default=16,
-        metadata={
-            "help": "Completions (not prompts) per forward/backward pass on one device. Lower it to save memory. "
-            "Capped at one step's share per device (16 completions on 2 GPUs: 8 each)."
-        },
-    )
-    max_completion_length: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
-    learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (ignored if --max_steps)."})
-    epsilon: float = field(default=0.2, metadata={"help": "PPO-style clip range of the probability ratio."})
-    beta: float = field(
-        default=0.04,
-        metadata={
-            "help": "KL coefficient against the frozen reference. Must be > 0 to keep the reference model and log `kl` "
-            "(TRL's own default is 0.0)."
-        },
-    )
-    logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
-    save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
-
-    def __post_init__(self):
-        if self.prompts_per_step < 0:
-            raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
-        at_least(self, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
-        at_least(self, 1, "per_device_train_batch_size")
-        if self.prompts_per_step:
-            # Translate prompts into TRL's completion-counted batch before TRL derives its generation batch from it.
-            world_size = launched_processes()
-            completions = self.prompts_per_step * self.num_generations
-            if self.per_device_train_batch_size * world_size > completions and completions % world_size == 0:
-                # More room per pass than one step holds (e.g. the default 16 on 2 GPUs): each device takes its share.
-                self.per_device_train_batch_size = completions // world_size
-            per_pass = self.per_device_train_batch_size * world_size
-            if completions % per_pass:
-                raise ValueError(
-                    f"prompts_per_step x num_generations = {completions} completions per optimizer step is not a "
-                    f"multiple of per_device_train_batch_size x processes = {per_pass}; lower "
-                    f"--per_device_train_batch_size so that it divides evenly."
-                )
-            accumulation = completions // per_pass
-            if self.gradient_accumulation_steps not in (1, accumulation):
-                raise ValueError(
-                    f"--gradient_accumulation_steps {self.gradient_accumulation_steps} conflicts with "
-                    f"--prompts_per_step {self.prompts_per_step} (which needs {accumulation}); pass "
-                    f"--prompts_per_step 0 to set TRL's batch flags yourself."
-                )
-            self.gradient_accumulation_steps = accumulation
-            if self.prompts_per_generation is None:
-                on_gpu = _cuda_available() and not self.use_cpu
-                self.prompts_per_generation = max(GPU_PROMPTS_PER_GENERATION, self.prompts_per_step) if on_gpu \
-                    else self.prompts_per_step
-            if self.prompts_per_generation % self.prompts_per_step:
-                raise ValueError(
-                    f"--prompts_per_generation {self.prompts_per_generation} is not a multiple of --prompts_per_step "
-                    f"{self.prompts_per_step}; each optimizer step takes prompts_per_step of the prompts generated."
-                )
-            # TRL derives steps_per_generation (forward/backward passes per generation) from this.
-            self.generation_batch_size = self.prompts_per_generation * self.num_generations
-        if self.beta < 0:
-            raise ValueError(f"--beta must be >= 0, got {self.beta}.")
-        super().__post_init__()
-
-
-@dataclass
-class _RewardFields(_RunDefaults):
-    """TRL's `RewardConfig` with this package's defaults (a Bradley-Terry pairwise loss on chosen vs rejected)."""
-
-    output_dir: str = field(
-        default="./reward_model_output",
-        metadata={"help": "Where the reward model goes; train_grpo.py and train_ppo.py read it from here by default."},
-    )
-    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (AdamW)."})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
-    warmup_steps: float = field(default=0.05, metadata={"help": "Warm-up: steps, or a fraction of all steps if < 1."})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the pairs (ignored if --max_steps)."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Preference pairs per device per pass."})
-    max_length: int | None = field(
-        default=1024, metadata={"help": "Pairs whose chosen or rejected conversation is longer are dropped."}
-    )
-    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
-    save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N optimizer steps."})
-
-
-@dataclass
-class _PPOFields(_RunDefaults, RewardModelArguments):
-    """TRL's `PPOConfig` with this package's defaults, plus adaptive KL, the value model's source and
-    `prompts_per_rollout` (the config is `PPOTrainingConfig`).
-
-    A rollout (TRL's batch, one logged step) generates `prompts_per_rollout` completions, one per prompt, then runs
-    `num_ppo_epochs` passes over them in mini-batches of `per_device_train_batch_size x gradient_accumulation_steps
-    x processes` prompts: one optimizer step each. Bigger rollouts batch generation; the update size stays.
-    """
-
-    EVAL_DATASET = True
-
-    output_dir: str = field(
-        default="./ppo_training_output",
-        metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest, the policy and value model go."},
-    )
-    value_model_path: str | None = field(
-        default=None, metadata={"help": "Where the value model starts from (default: the reward model)."}
-    )
-    sft_model_path: str = field(default="", metadata={"help": "Not used: the policy is --model_name_or_path."})
-    trust_remote_code: bool = field(
-        default=False, metadata={"help": "Allow models and tokenizers that ship their own Python code (off: safer)."}
-    )
-    per_device_train_batch_size: int = field(
-        default=4, metadata={"help": "Prompts per forward/backward pass on one device (the optimizer step's share)."}
-    )
-    prompts_per_rollout: int | None = field(
-        default=None,
-        metadata={
-            "help": "Prompts generated together per rollout (summed over devices), then trained on in mini-batches "
-            "of per_device_train_batch_size x gradient_accumulation_steps x processes (sets TRL's "
-            "num_mini_batches). Default: 64 on a GPU; one mini-batch on a CPU."
-        },
-    )
-    local_rollout_forward_batch_size: int = field(
-        default=16,
-        metadata={
-            "help": "Sequences per generation and no-grad forward pass (reference, value, reward) in a rollout. Each "
-            "such pass holds float32 logits over the whole vocabulary: lower it to save memory (TRL's default: 64)."
-        },
-    )
-    num_ppo_epochs: int = field(default=4, metadata={"help": "Optimization passes over each batch of rollouts."})
-    kl_coef: float = field(default=0.05, metadata={"help": "(Initial) KL penalty coefficient."})
-    target_kl: float | None = field(
-        default=None,
-        metadata={
-            "help": "Adaptive KL: adjust kl_coef so that objective/kl (summed over a completion's tokens) stays near "
-            "this value. None keeps kl_coef fixed."
-        },
-    )
-    kl_horizon: int = field(
-        default=10_000, metadata={"help": "Adaptive KL horizon in episodes: larger adapts more slowly."}
-    )
-    gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
-    lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
-    cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy ratio."})
-    learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
-    max_completion_length: int = field(
-        default=256, metadata={"help": "Most tokens generated per completion (TRL's --response_length)."}
-    )
-    response_length: int | None = field(default=None, metadata={"help": "Alias of --max_completion_length."})
-    stop_token: str | None = field(default="eos", metadata={"help": "Completions end at the EOS token."})
-    missing_eos_penalty: float | None = field(
-        default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before EOS."}
-    )
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (unless total_episodes)."})
-    num_sample_generations: int = field(
-        default=0, metadata={"help": "Print sample completions this many times during training (0: never)."}
-    )
-    logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
-    save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})
-
-    def __post_init__(self):
-        if self.response_length not in (None, self.max_completion_length):
-            self.max_completion_length = self.response_length
-        self.response_length = self.max_completion_length
-        if self.target_kl is not None and self.target_kl <= 0:
-            raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
-        if self.kl_coef < 0:
-            raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}.")
-        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "local_rollout_forward_batch_size")
-        update = self.per_device_train_batch_size * self.gradient_accumulation_steps * launched_processes()
-        if self.prompts_per_rollout is None:
-            on_gpu = _cuda_available() and not self.use_cpu
-            self.prompts_per_rollout = max(GPU_PROMPTS_PER_GENERATION, update) if on_gpu else update
-        if self.prompts_per_rollout % update:
-            raise ValueError(
-                f"--prompts_per_rollout {self.prompts_per_rollout} is not a multiple of the {update} prompts of one "
-                "optimizer step (per_device_train_batch_size x gradient_accumulation_steps x processes)."
-            )
-        if self.num_mini_batches not in (1, self.prompts_per_rollout // update):
-            raise ValueError(f"--num_mini_batches {self.num_mini_batches} conflicts with --prompts_per_rollout "
-                             f"{self.prompts_per_rollout}, which sets it to {self.prompts_per_rollout // update}.")
-        self.num_mini_batches = self.prompts_per_rollout // update
-        super().__post_init__()
-
-
-@dataclass
-class EvalArguments(DatasetSource, PromptFormat, Sampling):
+class EvalArguments(PromptFormat, Sampling, DatasetSource):
     """What evaluate_generations.py compares, on which prompts, and how it samples."""
+
+    _argument_group_name = "Evaluation"
 
     model_path: list[str] = field(
         default_factory=list,
@@ -505,6 +327,11 @@ class EvalArguments(DatasetSource, PromptFormat, Sampling):
             "help": "One or more models (folders or Hub ids; LoRA adapter folders load onto their base). The first "
             "is the baseline the others are compared with. --model_name_or_path works too.",
         },
+    )
+    dataset_train_split: str = field(
+        default="train",
+        metadata={"aliases": ["--dataset_split", "--dataset-split"],
+                  "help": "Split the prompts are drawn from (the rows after --train_samples)."},
     )
     reward_weights: list[float] | None = field(
         default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."}
@@ -526,40 +353,10 @@ class EvalArguments(DatasetSource, PromptFormat, Sampling):
     output_file: str = field(default="evaluation_results.json", metadata={"help": "Where the JSON report goes."})
 
     def __post_init__(self):
-        at_least(self, 1, "num_prompts", "num_completions", "max_new_tokens", "batch_size")
+        super().__post_init__()
+        check_sampling(self)
+        at_least(self, 1, "max_prompt_length", "num_prompts", "num_completions", "max_new_tokens", "batch_size")
         at_least(self, 0, "train_samples")
-        _next_post_init(self, EvalArguments)
-
-
-################
-# The training configs: this package's fields and defaults on top of TRL's config. Importing a TRL config costs
-# seconds (and TRL's PPO lives in its experimental package), so each is built on first use: a script imports only
-# its own trainer's config (PEP 562 module __getattr__). The classes are named and placed so that pickle, which
-# the Trainer uses for training_args.bin, finds them as config.<name>.
-################
-
-_TRAINING_CONFIGS = {  # name -> (this package's fields, the TRL config it extends)
-    "GRPOTrainingConfig": (_GRPOFields, "GRPOConfig"),
-    "RewardTrainingConfig": (_RewardFields, "RewardConfig"),
-    "PPOTrainingConfig": (_PPOFields, "PPOConfig"),
-}
-
-
-def __getattr__(name):
-    if name not in _TRAINING_CONFIGS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from rlhf import trl_compat
-
-    fields, trl_config = _TRAINING_CONFIGS[name]
-    config = dataclass(type(name, (fields, getattr(trl_compat, trl_config)), {"__module__": __name__,
-                                                                               "__doc__": fields.__doc__}))
-    globals()[name] = config
-    return config
-
-
-# Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
-# from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (README: Performance).
-GPU_PROMPTS_PER_GENERATION = 64
 
 
 def at_least(config, minimum, *names):
@@ -570,12 +367,24 @@ def at_least(config, minimum, *names):
             raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
 
 
-def _next_post_init(config, cls):
-    """Go on with the `__post_init__` after `cls`'s in `config`'s classes, if there is one: these dataclasses are
-    mixed into one another and into TRL's configs, and each checks its own fields."""
-    following = getattr(super(cls, config), "__post_init__", None)
-    if following is not None:
-        following()
+def change(config, name, value, why, always=False):
+    """Set `config.name` to `value` on the user's behalf, and say so in one line (`rlhf.cli` prints it once, from
+    the main process): `note: --name old -> new (why)`. Unless `always`, only where the user gave the old value
+    (a flag or a YAML key): a default the package resolves is no news."""
+    old = getattr(config, name)
+    setattr(config, name, value)
+    if old != value:
+        note(config, name, f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})", always)
+
+
+def note(config, name, line, always=False):
+    """Keep `line` on `config` (its `_notes`, no field) for `rlhf.cli` to print after parsing, where the user gave
+    `name` (or `always`)."""
+    config.__dict__.setdefault("_notes", []).append((name, line, always))
+
+
+def _spelled(value):
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 def _check_report_to(report_to):
@@ -601,12 +410,6 @@ def _bf16_available() -> bool:
     from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
     return is_torch_bf16_gpu_available() or is_torch_xla_available()
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _cuda_supports_tf32() -> bool:

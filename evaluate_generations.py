@@ -44,7 +44,8 @@ def main(args, rewards):
         check_policy(path, "--model_path", {"--max_prompt_length": args.max_prompt_length,
                                             "--max_new_tokens": args.max_new_tokens}, args.trust_remote_code)
     if "reward_model" in rewards.reward_funcs:
-        check_model_source(rewards.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+        check_model_source(rewards.reward_model_name_or_path, "reward model", "--reward_model_name_or_path",
+                           REWARD_HINT)
     check_reward_weights(args.reward_weights, rewards.reward_funcs)
     check_writable(args.output_file)
 
@@ -90,7 +91,7 @@ def evaluate(args, rewards, report, stop):
     tokenizer = load_tokenizer(baseline, args.trust_remote_code)
     for path in args.model_path[1:]:  # a model that cannot load fails now, not after the models before it ran
         load_tokenizer(path, args.trust_remote_code)
-    dataset = load_rows(args.dataset_name, args.dataset_split)
+    dataset = load_rows(args.dataset_name, args.dataset_train_split)
     check_reward_columns(rewards.reward_funcs, args.dataset_name, dataset.column_names)
     if len(dataset) <= args.train_samples:
         raise UserError(
@@ -114,7 +115,7 @@ def evaluate(args, rewards, report, stop):
     device = "cuda" if on_gpu() else "cpu"
     scorer_dtype = reward_model_dtype(rewards.reward_model_dtype, args.dtype, on_gpu=device == "cuda")
     weights = args.reward_weights or [1.0] * len(rewards.reward_funcs)
-    load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_path, scorer_dtype,
+    load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_name_or_path, scorer_dtype,
                                     args.trust_remote_code, device, args.batch_size)
     funcs = load_reward_funcs(rewards.reward_funcs, load_scorer, rewards.boxed_rewards)
     libraries = (*LIBRARIES, "math-verify") if "boxed_answer" in rewards.reward_funcs else LIBRARIES

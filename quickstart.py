@@ -197,9 +197,10 @@ def cli(args=None):
         run_stage("reward model", ["train_reward_model.py", *common, "--output_dir", reward, *settings["reward"]],
                   timings, reward)
         for name, script, folder in (("GRPO", "train_grpo.py", out / "grpo"), ("PPO", "train_ppo.py", out / "ppo")):
-            run_stage(name, [script, *common, "--reward_model_path", reward, "--output_dir", folder,
+            run_stage(name, [script, *common, "--reward_model_name_or_path", reward, "--output_dir", folder,
                              *settings[name.lower()]], timings, folder)
-        data = ["--reward_model_path", reward, "--dataset_name", PREFERENCES, "--train_samples", PREFERENCE_TRAIN_ROWS]
+        data = ["--reward_model_name_or_path", reward, "--dataset_name", PREFERENCES, "--train_samples",
+                PREFERENCE_TRAIN_ROWS]
 
     evaluation = out / "evaluation.json"
     if up_to_date(evaluation, trained):

@@ -3,9 +3,9 @@ r"""Align a causal LM to a frozen reward model with GRPO (TRL's GRPOTrainer).
 Usage:
 
     python train_grpo.py                                  # SmolLM2-135M-SFT-Only on the first 10k ORCA prompts
-    python train_grpo.py --use-lora                       # LoRA adapter instead of all weights
+    python train_grpo.py --use_peft                       # LoRA adapter instead of all weights
     python train_grpo.py --config configs/grpo.yaml --learning_rate 1e-6
-    python train_grpo.py --model_name_or_path ./my_sft --reward_model_path ./reward_model_output \
+    python train_grpo.py --model_name_or_path ./my_sft --reward_model_name_or_path ./reward_model_output \
         --dataset_name prompts.jsonl --max_steps 100 --output_dir ./grpo_run
 
 Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one; on a finished run
@@ -16,11 +16,12 @@ it has nothing to do, and with a higher --max_steps (or --num_train_epochs) it c
 import functools
 import logging
 
-from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
+from config import ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
-from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
-                         load_kwargs, load_tokenizer, lora_config, reward_model_dtype, trainable_model_path)
+from rlhf.grpo_config import GRPOTrainingConfig
+from rlhf.models import (check_lora_targets, check_model_source, check_policy, check_precision, check_quantization,
+                         load_tokenizer, peft_config, reward_model_dtype, trainable_model_path, trained_model_kwargs)
 from rlhf.processes import is_main_process, on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
@@ -37,16 +38,16 @@ def main(model_args, data_args, reward_args, training_args):
                           training_args.trust_remote_code)
     check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
     if "reward_model" in reward_args.reward_funcs:
-        check_model_source(reward_args.reward_model_path, "reward model", "--reward_model_path", REWARD_HINT)
+        check_model_source(reward_args.reward_model_name_or_path, "reward model", "--reward_model_name_or_path",
+                           REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
-    check_4bit(model_args.load_in_4bit)
+    check_quantization(model_args)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args.use_cpu))
     if training_args.use_vllm:
         _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
-    training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,
-                                                  model_args.load_in_4bit)
+    training_args.model_init_kwargs = trained_model_kwargs(model_args, training_args.trust_remote_code)
     run = start_run("train_grpo.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
 
     from transformers import set_seed
@@ -59,7 +60,7 @@ def main(model_args, data_args, reward_args, training_args):
     # Dataset (before the models load: a wrong column costs seconds)
     ################
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code)
-    rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
+    rows = load_rows(data_args.dataset_name, data_args.dataset_train_split, data_args.max_samples)
     check_reward_columns(reward_args.reward_funcs, data_args.dataset_name, rows.column_names)
     train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
     per_generation = training_args.generation_batch_size // training_args.num_generations  # prompts
@@ -72,7 +73,7 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     # Rewards (user functions are imported before the reward model loads)
     ################
-    load_scorer = functools.partial(reward_model_scorer, reward_args.reward_model_path, scorer_dtype,
+    load_scorer = functools.partial(reward_model_scorer, reward_args.reward_model_name_or_path, scorer_dtype,
                                     training_args.trust_remote_code, training_args.device)
     reward_funcs = load_reward_funcs(reward_args.reward_funcs, load_scorer, reward_args.boxed_rewards)
 
@@ -87,13 +88,13 @@ def main(model_args, data_args, reward_args, training_args):
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        peft_config=lora_config(model_args),
+        peft_config=peft_config(model_args),
     )
     run.train(trainer)
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
     run.save(trainer, tokenizer)
-    run.finish(trainer, f"Saved the final {'adapter' if model_args.use_lora else 'model'} to "
+    run.finish(trainer, f"Saved the final {'adapter' if model_args.use_peft else 'model'} to "
                f"{training_args.output_dir}.")
 
 

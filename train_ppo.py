@@ -6,7 +6,7 @@ Four models: the policy (trained), a frozen reference (KL penalty), the frozen r
 Usage:
 
     python train_ppo.py                                   # SmolLM2-135M-SFT-Only on the first 10k ORCA prompts
-    python train_ppo.py --use-lora
+    python train_ppo.py --use_peft
     python train_ppo.py --target_kl 6                      # adaptive KL coefficient instead of a fixed one
     python train_ppo.py --config my_ppo.yaml --total_episodes 2000
 
@@ -17,11 +17,12 @@ it has nothing to do, and with a higher --total_episodes (or --num_train_epochs)
 
 import logging
 
-from config import ModelArguments, PPOTrainingConfig, PromptDataArguments
+from config import PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
-from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_policy, check_precision,
-                         load_tokenizer, lora_config)
+from rlhf.models import (check_lora_targets, check_model_source, check_policy, check_precision, check_quantization,
+                         load_tokenizer, peft_config)
+from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 from rlhf.processes import is_main_process
 from rlhf.reward import check_reward_model, check_value_model, ensure_distinct_pad
 from rlhf.run import start_run
@@ -33,7 +34,7 @@ def main(model_args, data_args, training_args):
 
     configs = (model_args, data_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
-    policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_path
+    policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_name_or_path
     value_path = training_args.value_model_path or reward_path
     check_model_source(policy_path, "model", "--model_name_or_path")
     lengths = {"--max_prompt_length": data_args.max_prompt_length,
@@ -42,10 +43,11 @@ def main(model_args, data_args, training_args):
     check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
     check_reward_model(reward_path, training_args.trust_remote_code)
     check_value_model(value_path, training_args.trust_remote_code)
-    check_4bit(model_args.load_in_4bit)
+    check_quantization(model_args)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
-    check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_path", training_args.trust_remote_code)
+    check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_name_or_path",
+                         training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)
     run = start_run("train_ppo.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
     resume_from = run.checkpoint
@@ -59,7 +61,7 @@ def main(model_args, data_args, training_args):
     ################
     # Dataset: chat-templated prompts, tokenized
     ################
-    rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
+    rows = load_rows(data_args.dataset_name, data_args.dataset_train_split, data_args.max_samples)
     prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
     train_dataset = tokenize_prompts(prompts, tokenizer)
     note = check_prompts_fill_batches(len(train_dataset), training_args.prompts_per_rollout, "--prompts_per_rollout",
@@ -85,10 +87,10 @@ def main(model_args, data_args, training_args):
         value_model=value_model,
         train_dataset=train_dataset,
         eval_dataset=train_dataset.select(range(min(8, len(train_dataset)))),
-        peft_config=lora_config(model_args),
+        peft_config=peft_config(model_args),
     )
     if resume_from:
-        trainer.resume(resume_from, load_adapter=model_args.use_lora)
+        trainer.resume(resume_from, load_adapter=model_args.use_peft)
     run.train(trainer, train=trainer.train)
 
     run.save(trainer, tokenizer)  # the policy (the adapter with LoRA)
@@ -99,7 +101,7 @@ def main(model_args, data_args, training_args):
 
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((ModelArguments, PromptDataArguments, PPOTrainingConfig), args, __doc__))
+    main(*parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), args, __doc__))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Usage:
 
     python train_reward_model.py                          # SmolLM2-135M-SFT-Only on the first 10k ORCA pairs
     python train_reward_model.py --dataset_name data/preferences.jsonl --max_samples 0   # the shipped set
-    python train_reward_model.py --use-lora               # LoRA, merged into a plain model at the end
+    python train_reward_model.py --use_peft               # LoRA, merged into a plain model at the end
 
 Writes `./reward_model_output` (where train_grpo.py and train_ppo.py look by default): a sequence classifier with
 one output, its tokenizer and chat template, and `reward_accuracy.json` with the held-out pairwise `accuracy`.
@@ -16,12 +16,13 @@ import json
 import logging
 from pathlib import Path
 
-from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
+from config import ModelArguments, PreferenceDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
-from rlhf.models import (check_4bit, check_lora_targets, check_model_source, check_precision, load_kwargs,
-                         load_tokenizer, lora_config, model_config, trainable_model_path)
+from rlhf.models import (check_lora_targets, check_model_source, check_precision, check_quantization, load_tokenizer,
+                         model_config, peft_config, trainable_model_path, trained_model_kwargs)
 from rlhf.processes import is_main_process
+from rlhf.reward_config import RewardTrainingConfig
 from rlhf.reward import ensure_distinct_pad, held_out_accuracy, held_out_size, save_reward_model, tokenize_pairs
 from rlhf.run import start_run
 
@@ -33,12 +34,12 @@ def main(model_args, data_args, training_args):
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
     check_lora_targets(model_args, model_config(model_args.model_name_or_path, training_args.trust_remote_code),
                        "SEQ_CLS", training_args.trust_remote_code)
-    check_4bit(model_args.load_in_4bit)
+    check_quantization(model_args)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code, padding_side="right")
     ensure_distinct_pad(tokenizer)  # the score is read at the final EOS, so EOS must not count as padding
-    training_args.model_init_kwargs = load_kwargs(model_args.dtype, training_args.trust_remote_code,
-                                                  model_args.load_in_4bit, tokenizer.pad_token_id)
+    training_args.model_init_kwargs = trained_model_kwargs(model_args, training_args.trust_remote_code,
+                                                           tokenizer.pad_token_id)
     run = start_run("train_reward_model.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
 
     from rlhf.trl_compat import RewardTrainer
@@ -46,7 +47,7 @@ def main(model_args, data_args, training_args):
     ################
     # Dataset: chosen / rejected conversations, and a held-out split for pairwise accuracy
     ################
-    rows = load_rows(data_args.dataset_name, data_args.dataset_split, data_args.max_samples)
+    rows = load_rows(data_args.dataset_name, data_args.dataset_train_split, data_args.max_samples)
     pairs, schema = build_preference_dataset(rows)
     size, note = held_out_size(len(pairs), data_args.eval_samples)
     held_out = None
@@ -66,7 +67,7 @@ def main(model_args, data_args, training_args):
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        peft_config=lora_config(model_args, task_type="SEQ_CLS"),
+        peft_config=peft_config(model_args, task_type="SEQ_CLS"),
     )
     run.train(trainer)
 

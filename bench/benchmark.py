@@ -17,7 +17,7 @@ schedule, weights dtype and gradient checkpointing; see RUN_DESCRIPTIONS):
                      where `trl grpo`'s default bf16 stops with "Your setup doesn't support bf16/gpu")
   trl_grpo           `trl grpo` (TRL's CLI) with the same flags; trl_grpo_lora: with LoRA (--use_peft)
   grpo               train_grpo.py at this package's defaults for the device (prompts_per_generation, TF32, bf16)
-  grpo_lora          grpo + --use_lora;  grpo_vllm, grpo_vllm_lora: grpo + --use_vllm (colocate)
+  grpo_lora          grpo + --use_peft;  grpo_vllm, grpo_vllm_lora: grpo + --use_vllm (colocate)
   ppo, ppo_lora      train_ppo.py at this package's defaults (one completion per prompt; rollout and micro-batch
                      sizes as the package sets them for the device)
 

@@ -16,17 +16,14 @@ RUN_DESCRIPTIONS = {
     "trl_grpo": "trl grpo, the same flags",
     "trl_grpo_lora": "trl grpo --use_peft, the same flags",
     "grpo": "train_grpo.py, our defaults",
-    "grpo_lora": "train_grpo.py --use_lora, our defaults",
+    "grpo_lora": "train_grpo.py --use_peft, our defaults",
     "grpo_vllm": "train_grpo.py --use_vllm (colocate), our defaults",
-    "grpo_vllm_lora": "train_grpo.py --use_vllm --use_lora, our defaults",
+    "grpo_vllm_lora": "train_grpo.py --use_vllm --use_peft, our defaults",
     "ppo": "train_ppo.py, our defaults",
-    "ppo_lora": "train_ppo.py --use_lora, our defaults",
+    "ppo_lora": "train_ppo.py --use_peft, our defaults",
 }
 # Our flags that `trl grpo` spells otherwise. The one place the benchmark translates: once the scripts take TRL's
 # names, this table empties and `trl grpo` runs the very flags of ours.
-TRL_NAMES = {"--reward_model_path": "--reward_model_name_or_path", "--use_lora": "--use_peft"}
-
-
 def run_flags(name, args, paths, cuda):
     """The command line of one run (a list of strings), without its step count or output folder."""
     return [str(part) for part in _script_and_flags(name, args, paths, cuda)]
@@ -47,8 +44,8 @@ def _script_and_flags(name, args, paths, cuda):
             common += [flag, str(cuda and flag == "--bf16").lower()]
     lora = name.endswith("_lora")
     if name.startswith("ppo"):
-        return [sys.executable, str(ROOT / "train_ppo.py"), *common, "--reward_model_path", paths["reward_model"],
-                "--num_sample_generations", "0", *(["--use_lora", *LORA] if lora else [])]
+        return [sys.executable, str(ROOT / "train_ppo.py"), *common, "--reward_model_name_or_path", paths["reward_model"],
+                "--num_sample_generations", "0", *(["--use_peft", *LORA] if lora else [])]
     grpo = [*common, "--num_generations", args.num_generations, "--temperature", "0.7", "--top_p", "0.9",
             "--beta", "0.04", "--per_device_train_batch_size", args.per_device_train_batch_size]
     # TRL's batch flags: TRL then generates once per optimizer step (steps_per_generation = accumulation steps).
@@ -56,23 +53,18 @@ def _script_and_flags(name, args, paths, cuda):
         grpo += ["--gradient_accumulation_steps", completions // args.per_device_train_batch_size]
     if name.startswith("trl_grpo"):
         # `python -m trl.cli.main` is the `trl` command itself, found the same way on Linux and Windows.
-        ours = [*grpo, "--reward_model_path", paths["reward_model"], *(["--use_lora", *LORA] if lora else [])]
-        return [sys.executable, "-m", "trl.cli.main", "grpo", *in_trl_names(ours)]
-    script = [sys.executable, str(ROOT / "train_grpo.py"), *grpo, "--reward_model_path", paths["reward_model"]]
+        ours = [*grpo, "--reward_model_name_or_path", paths["reward_model"], *(["--use_peft", *LORA] if lora else [])]
+        return [sys.executable, "-m", "trl.cli.main", "grpo", *ours]  # the same flags: the scripts take TRL's names
+    script = [sys.executable, str(ROOT / "train_grpo.py"), *grpo, "--reward_model_name_or_path", paths["reward_model"]]
     if trl_settings:
         return [*script, "--prompts_per_step", "0"]
-    script += ["--prompts_per_step", args.prompts_per_step, *(["--use_lora", *LORA] if lora else [])]
+    script += ["--prompts_per_step", args.prompts_per_step, *(["--use_peft", *LORA] if lora else [])]
     if args.prompts_per_generation:
         script += ["--prompts_per_generation", args.prompts_per_generation]
     if "_vllm" in name:
         script += ["--use_vllm", "--vllm_mode", "colocate", "--vllm_gpu_memory_utilization",
                    args.vllm_gpu_memory_utilization]
     return script
-
-
-def in_trl_names(flags):
-    """A command line of ours with our flag names replaced by TRL's."""
-    return [TRL_NAMES.get(part, part) if isinstance(part, str) else part for part in flags]
 
 
 def plan_run(name, variant, variant_flags, args, paths, cuda):
@@ -98,7 +90,7 @@ def plan_run(name, variant, variant_flags, args, paths, cuda):
 def batch_shape(name, command, cuda):
     """Prompts per step, steps per generation (or rollout) and completions per generation of a run, as the script
     it runs will resolve them on the device planned for (`cuda`): our scripts' flags are parsed by the package's
-    own parser, with its device defaults (config's `_cuda_available`) answering for that device, so that a dry run
+    own parser, with its device defaults (`rlhf.processes.cuda_available`) answering for that device, so that a dry run
     of the GPU suite on a machine without one shows a GPU's step counts. Precision flags change no size and are
     left out: transformers refuses `--bf16 true` where there is no GPU."""
     if name.startswith("trl_grpo"):
@@ -112,8 +104,10 @@ def batch_shape(name, command, cuda):
         return _shape(per_step // group, micro_steps // accumulation, micro_steps * batch)
     from unittest import mock
 
-    import config as script_config
-    from config import GRPOTrainingConfig, ModelArguments, PPOTrainingConfig, PromptDataArguments, RewardArguments
+    from config import ModelArguments, PromptDataArguments, RewardArguments
+    from rlhf import processes
+    from rlhf.grpo_config import GRPOTrainingConfig
+    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
     from rlhf.cli import parse_args as parse_script_args
     from rlhf.processes import launched_processes
 
@@ -123,9 +117,9 @@ def batch_shape(name, command, cuda):
             dropping = part in ("--bf16", "--tf32")  # with its value
         if not dropping and part != "--use_vllm":
             flags.append(part)
-    types = (ModelArguments, PromptDataArguments, *((PPOTrainingConfig,) if name.startswith("ppo") else
-                                                     (RewardArguments, GRPOTrainingConfig)))
-    with mock.patch.object(script_config, "_cuda_available", lambda: cuda):
+    types = ((PPOModelArguments, PromptDataArguments, PPOTrainingConfig) if name.startswith("ppo") else
+             (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig))
+    with mock.patch.object(processes, "cuda_available", lambda: cuda):
         config = parse_script_args(types, flags)[-1]
     if name.startswith("ppo"):
         # One rollout (one logged step) generates prompts_per_rollout prompts, summed over processes (64 on a GPU:

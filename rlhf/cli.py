@@ -5,6 +5,7 @@ one line on stderr that names the value and the fix, with exit code 2 and no tra
 """
 
 import argparse
+import dataclasses
 import difflib
 import functools
 import math
@@ -15,18 +16,20 @@ from pathlib import Path
 
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
 from rlhf.lock import release_locks
+from rlhf.processes import is_main_process
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
 
-# The package's own flags, grouped, in the order `--help` lists them, before the long tail of TRL's and
-# transformers' options. A flag a script does not have is skipped.
+# The package's own flags, by group, as `--help` lists them first (the full list follows, one group per argument
+# class: TRL's and transformers' options included). A flag a script does not have is skipped.
 HELP_GROUPS = {
     "Model": ("model_name_or_path", "model_path", "dtype", "load_in_4bit", "trust_remote_code"),
-    "LoRA": ("use_lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"),
-    "Data": ("dataset_name", "dataset_split", "max_samples", "train_samples", "eval_samples", "num_prompts",
+    "LoRA": ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"),
+    "Data": ("dataset_name", "dataset_train_split", "max_samples", "train_samples", "eval_samples", "num_prompts",
              "max_prompt_length", "system_prompt", "max_length"),
-    "Reward": ("reward_model_path", "reward_model_dtype", "reward_funcs", "reward_weights", "boxed_correct_reward",
-               "boxed_wrong_reward", "boxed_missing_reward", "value_model_path", "missing_eos_penalty"),
+    "Reward": ("reward_model_name_or_path", "reward_model_dtype", "reward_funcs", "reward_weights",
+               "boxed_correct_reward", "boxed_wrong_reward", "boxed_missing_reward", "value_model_path",
+               "missing_eos_penalty"),
     "Batch and generation": ("prompts_per_step", "prompts_per_generation", "num_generations", "num_completions",
                              "per_device_train_batch_size", "gradient_accumulation_steps", "batch_size",
                              "max_completion_length", "max_new_tokens", "temperature", "top_p"),
@@ -36,7 +39,12 @@ HELP_GROUPS = {
     "Output": ("output_dir", "output_file", "log_dir", "output", "csv", "smoothing", "extra", "logging_steps",
                "save_steps", "save_total_limit", "report_to", "resume_from_checkpoint"),
 }
-TAIL_TITLE = "All other options (TRL's and transformers' training arguments; rarely needed)"
+SUMMARY_TITLE = "Main flags (each is described below, with TRL's and transformers' other options):"
+# Keys of a `trl grpo` YAML that this package does not take, with what to write instead.
+UNSUPPORTED_KEYS = {
+    "datasets": "TRL's dataset mixtures are not supported; give one dataset with dataset_name (and "
+                "dataset_train_split)",
+}
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -55,15 +63,16 @@ class Parser:
             def error(self, message):  # argparse would print the usage and exit: one line instead
                 raise UserError(f"{message}; see --help")
 
+        fields = {f.name for dataclass_type in dataclass_types for f in dataclasses.fields(dataclass_type) if f.init}
+        description = "\n\n".join(text for text in (description, _summary(fields)) if text)
         self.parser = _Parser(dataclass_types, description=description, formatter_class=_HelpFormatter,
                               usage="python %(prog)s [--config FILE.yaml] [--flag value ...]")
         for action in self.parser._actions:
             if action.type is float:
                 action.type = _finite_float
         _describe_negations(self.parser)
-        _group_help(self.parser)
-        # Every name a flag answers to (its field name, `-` spellings, aliases such as evaluation's
-        # --model_name_or_path), with `_` for `-`, mapped to the field it sets.
+        # Every name a flag answers to (its field name, `-` spellings, aliases such as --use_lora for --use_peft),
+        # with `_` for `-`, mapped to the field it sets.
         self.known = {option.lstrip("-").replace("-", "_"): action.dest
                       for action in self.parser._actions for option in action.option_strings if option != "-h"}
 
@@ -75,6 +84,7 @@ class Parser:
                 path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else None)
                 config = _read_config(path, self.known)
                 _check_config_values(config, self.parser, path)
+                config = _listed(config, self.parser)
                 del args[i : i + (1 if "=" in arg else 2)]
                 break
         _check_flags(args, self.known)
@@ -82,9 +92,25 @@ class Parser:
             os.environ[key] = str(value)
         try:
             self.parser.set_defaults_with_config(**config)
-            return self.parser.parse_args_into_dataclasses(args)
+            configs = self.parser.parse_args_into_dataclasses(args)
         except ValueError as error:  # raised by HfArgumentParser and by the configs' __post_init__ checks
             raise UserError(str(error).splitlines()[0]) from None
+        _print_notes(configs, {*config, *self._given_flags(args)})
+        return configs
+
+    def _given_flags(self, args):
+        """The fields the command line sets (a `--no_X` flag sets X)."""
+        names = (arg[2:].split("=", 1)[0].replace("-", "_") for arg in args if arg.startswith("--"))
+        return {self.known.get(name, self.known.get(name.removeprefix("no_"))) for name in names}
+
+
+def _print_notes(configs, given):
+    """Say, in one line each, every value the configs changed on the user's behalf (`config.change`): where the
+    user gave it, or where it is news anyway. Once per launch: the main process prints."""
+    lines = [line for config in configs for name, line, always in vars(config).get("_notes", ())
+             if always or name in given]
+    if lines and is_main_process():
+        print("\n".join(lines), flush=True)
 
 
 def exit_on_user_error(main):
@@ -152,33 +178,16 @@ def _describe_negations(parser):
         positives.setdefault(action.dest, action)
 
 
-def _group_help(parser):
-    """List the package's own flags first, in `HELP_GROUPS`, then everything else under `TAIL_TITLE`.
+def _summary(fields):
+    """The package's own flags by group (`HELP_GROUPS`), for the top of `--help`: the full list is long."""
+    import textwrap
 
-    argparse prints its groups in the order of `_action_groups`, each with its `_group_actions`: moving actions
-    between groups is how flags declared in one dataclass (ours subclass TRL's configs) are listed apart.
-    """
-    by_dest = {}  # a boolean flag on by default has two actions, X and --no_X: both are listed in X's group
-    for action in parser._actions:
-        by_dest.setdefault(action.dest, []).append(action)
-    tail = next(group for group in parser._action_groups if group.title == "options")
-    tail.title = TAIL_TITLE
-    first = []
+    lines = [SUMMARY_TITLE]
     for title, names in HELP_GROUPS.items():
-        actions = [action for name in names for action in by_dest.get(name, ())]
-        if actions:
-            group = parser.add_argument_group(title)
-            for action in actions:
-                for old in parser._action_groups:
-                    if action in old._group_actions:
-                        old._group_actions.remove(action)
-                group._group_actions.append(action)
-            first.append(group)
-    others = [group for group in parser._action_groups if group not in first and group is not tail]
-    parser._action_groups[:] = [*others, *first, tail]
-    if first:  # -h/--help opens the first group rather than closing the long tail
-        tail._group_actions.remove(by_dest["help"][0])
-        first[0]._group_actions.insert(0, by_dest["help"][0])
+        flags = " ".join(f"--{name}" for name in names if name in fields)
+        if flags:
+            lines += textwrap.wrap(flags, 116, initial_indent=f"  {title + ':':<22}", subsequent_indent=" " * 24)
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 def _read_config(path, known):
@@ -201,6 +210,8 @@ def _read_config(path, known):
     normalized = {}
     for key, value in config.items():
         name = str(key).replace("-", "_")
+        if name in UNSUPPORTED_KEYS:
+            raise UserError(f"{key} in {path}: {UNSUPPORTED_KEYS[name]}")
         if name not in known and name != "env":
             raise UserError(f"unknown key '{key}' in {path}{_did_you_mean(name, known)}; see --help for names")
         normalized[known.get(name, name)] = value
@@ -243,6 +254,13 @@ def _check_config_values(config, parser, path):
                 kind = {int: "integer", _finite_float: "number", str: "text"}.get(action.type, "value")
                 what = f"a {kind} or a list of them" if listed else f"one {kind}"
                 raise UserError(f"{dest}: {value!r} in {path} is not valid; give {what} there") from None
+
+
+def _listed(config, parser):
+    """A YAML scalar given to a flag that takes a list (`model_path: a`) as a one-item list, as the flag would give."""
+    listed = {action.dest for action in parser._actions if action.nargs in ("+", "*")}
+    return {dest: [value] if dest in listed and value is not None and not isinstance(value, list) else value
+            for dest, value in config.items()}
 
 
 def _check_flags(args, known):

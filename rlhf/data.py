@@ -36,8 +36,8 @@ def load_rows(dataset_name, split="train", max_samples=None):
             raise UserError(f"dataset file {path} has an unsupported extension; use one of {sorted(LOCAL_FORMATS)}")
         if split != "train":
             raise UserError(
-                f"dataset file {path} has a single split, 'train'; drop --dataset_split {split}, or give a folder "
-                f"holding {split}.jsonl (or a Hub dataset) that has that split"
+                f"dataset file {path} has a single split, 'train'; drop --dataset_train_split {split}, or give a "
+                f"folder holding {split}.jsonl (or a Hub dataset) that has that split"
             )
         if not path.read_bytes().strip():
             raise UserError(f"dataset file {path} is empty; it needs one row per prompt (or preference pair)")

@@ -263,7 +263,7 @@ def scoring_record(rewards, weights, reward_model_dtype):
 
     record = {"reward_funcs": list(rewards.reward_funcs), "reward_weights": list(weights)}
     if "reward_model" in rewards.reward_funcs:
-        record["reward_model"] = {"path": rewards.reward_model_path, "dtype": reward_model_dtype,
+        record["reward_model"] = {"path": rewards.reward_model_name_or_path, "dtype": reward_model_dtype,
                                   "reward_model_dtype": rewards.reward_model_dtype}
     if "boxed_answer" in rewards.reward_funcs:
         correct, wrong, missing = rewards.boxed_rewards

@@ -4,6 +4,7 @@ Paths are checked before any weights load, so a typo costs seconds. Loading stay
 folders go through `from_pretrained` alike.
 """
 
+import copy
 from pathlib import Path
 
 from rlhf.errors import UserError, first_line
@@ -262,7 +263,7 @@ def check_policy(name_or_path, flag, lengths, trust_remote_code=False):
             adapter is None and architectures and all(a.endswith("ForSequenceClassification") for a in architectures)):
         raise UserError(
             f"{flag} {name_or_path} is a sequence classifier (a reward model), not a causal LM that writes text; pass "
-            "the policy (an instruction-tuned causal LM) there, and the reward model as --reward_model_path"
+            "the policy (an instruction-tuned causal LM) there, and the reward model as --reward_model_name_or_path"
         )
     context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     total = sum(lengths.values())
@@ -282,8 +283,11 @@ def check_lora_targets(model_args, config, task_type="CAUSAL_LM", trust_remote_c
     module names come from an empty copy of the model built from its `config` (no weights). The default list is
     refused only when none of it matches (another architecture may name, say, its output projection otherwise).
     """
+    if model_args.lora_task_type not in ("CAUSAL_LM", task_type):  # CAUSAL_LM: TRL's default
+        raise UserError(f"--lora_task_type {model_args.lora_task_type} does not fit this script, which trains a "
+                        f"{task_type} model; drop the flag")
     targets = lora_targets(model_args.lora_target_modules)
-    if not model_args.use_lora or config is None or targets == "all-linear":
+    if not model_args.use_peft or config is None or targets == "all-linear":
         return
     import torch
     from accelerate import init_empty_weights
@@ -309,60 +313,70 @@ def lora_targets(names):
     return "all-linear" if [name.lower() for name in names] == ["all-linear"] else list(names)
 
 
-def lora_config(model_args, task_type="CAUSAL_LM"):
-    """A PEFT `LoraConfig` from the LoRA flags, or None when LoRA is off.
+def peft_config(model_args, task_type="CAUSAL_LM"):
+    """TRL's `get_peft_config`: a PEFT `LoraConfig` from --use_peft, --lora_*, --use_rslora, --use_dora; None
+    without --use_peft. The task type is the script's (`check_lora_targets` refused another one).
 
     With task_type="SEQ_CLS" PEFT also trains the classification head (`score`) in full.
     """
-    if not model_args.use_lora:
-        return None
-    from peft import LoraConfig
+    from trl import get_peft_config
 
-    return LoraConfig(
-        r=model_args.lora_r,
-        lora_alpha=model_args.lora_alpha,
-        lora_dropout=model_args.lora_dropout,
-        target_modules=lora_targets(model_args.lora_target_modules),
-        bias="none",
-        task_type=task_type,
-    )
+    args = copy.copy(model_args)
+    args.lora_task_type = task_type
+    args.lora_target_modules = lora_targets(model_args.lora_target_modules)
+    return get_peft_config(args)
 
 
-def load_kwargs(dtype, trust_remote_code=False, load_in_4bit=False, pad_token_id=None):
+def quantization_config(model_args):
+    """TRL's `get_quantization_config`: a bitsandbytes config from --load_in_4bit (with --bnb_4bit_quant_type,
+    --use_bnb_nested_quant, --bnb_4bit_quant_storage) or --load_in_8bit; None without either.
+
+    4-bit weights compute in bfloat16 as in the QLoRA paper (TRL would take --dtype, float32 by default: slower, and
+    no more accurate for frozen 4-bit weights). Call `check_quantization` first: it refuses a machine that cannot.
+    """
+    from trl import get_quantization_config
+
+    args = copy.copy(model_args)
+    args.dtype = "bfloat16"
+    return get_quantization_config(args)
+
+
+def load_kwargs(dtype, trust_remote_code=False, pad_token_id=None):
     """Keyword arguments for every `from_pretrained` of weights: safetensors only, no remote code unless asked.
 
     `pad_token_id`: the tokenizer's pad when it was made distinct from EOS (`rlhf.reward.ensure_distinct_pad`). The
     model is built with it, not the checkpoint's (often EOS): the input embedding's `padding_idx`, the one row that
     never gets a gradient, is fixed when the model is built, and the saved config then names the pad the tokenizer has.
-
-    `load_in_4bit` (QLoRA) adds a bitsandbytes NF4 config: frozen 4-bit weights, bf16 compute, double quantization,
-    as in the QLoRA paper. Call `check_4bit` first: it refuses a machine that cannot do it.
     """
     kwargs = {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
     if pad_token_id is not None:
         kwargs["pad_token_id"] = pad_token_id
-    if load_in_4bit:
-        import torch
-        from transformers import BitsAndBytesConfig
-
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16,
-        )
     return kwargs
 
 
-def check_4bit(load_in_4bit):
+def trained_model_kwargs(model_args, trust_remote_code=False, pad_token_id=None):
+    """`load_kwargs` of the model being trained: with its quantization (QLoRA) and --attn_implementation."""
+    kwargs = load_kwargs(model_args.dtype, trust_remote_code, pad_token_id)
+    quantization = quantization_config(model_args)
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
+    if model_args.attn_implementation is not None:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
+def check_quantization(model_args):
     """QLoRA needs a CUDA GPU and bitsandbytes (an optional dependency): refuse in one line before anything loads."""
-    if not load_in_4bit:
+    flag = "--load_in_4bit" if model_args.load_in_4bit else "--load_in_8bit" if model_args.load_in_8bit else None
+    if flag is None:
         return
     import importlib.util
 
     if not cuda_available():
-        raise UserError("--load_in_4bit needs a CUDA GPU (bitsandbytes' 4-bit kernels) and none is visible here; drop "
-                        "it: --use_lora alone also trains with little memory")
+        raise UserError(f"{flag} needs a CUDA GPU (bitsandbytes' kernels) and none is visible here; drop it: "
+                        "--use_peft alone also trains with little memory")
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise UserError("--load_in_4bit needs bitsandbytes: pip install -r requirements-qlora.txt, or drop the flag")
+        raise UserError(f"{flag} needs bitsandbytes: pip install -r requirements-qlora.txt, or drop the flag")
 
 
 def torch_dtype(name, flag="--dtype"):
@@ -432,11 +446,11 @@ def check_precision(model_args, training_args):
     dtype = resolve_dtype(model_args.dtype, model_args.model_name_or_path, training_args.trust_remote_code)
     given = f"--dtype {dtype}" if dtype == model_args.dtype else f"--dtype auto (the checkpoint's {dtype})"
     half = dtype in ("bfloat16", "float16")
-    if half and not model_args.use_lora and not model_args.allow_half_precision_weights:
+    if half and not model_args.use_peft and not model_args.allow_half_precision_weights:
         raise UserError(
             f"{given} would train {dtype} weights, and AdamW updates smaller than "
             "about 1e-3 of a weight round away to nothing; keep --dtype float32 (add --bf16 for bf16 compute), use "
-            "--use_lora, or pass --allow_half_precision_weights to train them anyway"
+            "--use_peft, or pass --allow_half_precision_weights to train them anyway"
         )
     static = getattr(training_args, "cache_implementation", None) == "static"
     if static and training_args.bf16 and dtype == "float32":

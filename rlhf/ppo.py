@@ -46,18 +46,19 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     `trainable_model_path`, which merges an adapter into the output folder."""
     from transformers import AutoModelForCausalLM
 
-    from rlhf.models import load_kwargs, load_sequence_classifier, reward_model_dtype, trainable_model_path
+    from rlhf.models import load_kwargs, load_sequence_classifier, reward_model_dtype, trainable_model_path, \
+        trained_model_kwargs
     from rlhf.processes import on_gpu
     from rlhf.reward import load_reward_model
 
     trust = training_args.trust_remote_code
-    reward_path = training_args.reward_model_path
+    reward_path = training_args.reward_model_name_or_path
     start = trainable_model_path(model_args.model_name_or_path, training_args.output_dir, trust)
-    full_resume = resume_from and not model_args.use_lora
+    full_resume = resume_from and not model_args.use_peft
     pad = tokenizer.pad_token_id  # every model is built with it: see load_kwargs
-    policy_weights = load_kwargs(model_args.dtype, trust, model_args.load_in_4bit, pad)
+    policy_weights = trained_model_kwargs(model_args, trust, pad)
     policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
-    ref_policy = None if model_args.use_lora else AutoModelForCausalLM.from_pretrained(
+    ref_policy = None if model_args.use_peft else AutoModelForCausalLM.from_pretrained(
         start, **load_kwargs(model_args.dtype, trust, pad_token_id=pad))
     gpu = on_gpu(training_args.use_cpu)
     scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, gpu)

@@ -61,7 +61,7 @@ def tokenize_pairs(pairs, tokenizer, max_length=None):
 def check_reward_model(path, trust_remote_code=False):
     """Refuse, from its config alone (no weights), a reward model that is not a one-output sequence classifier: a
     causal LM would load with a new random score head. Returns `path`."""
-    check_model_source(path, "reward model", "--reward_model_path", REWARD_HINT)
+    check_model_source(path, "reward model", "--reward_model_name_or_path", REWARD_HINT)
     if adapter_base(path) is None:
         _check_classifier(path, model_config(path, trust_remote_code, "reward model"))
     return path
@@ -227,9 +227,9 @@ def save_reward_model(trainer, model_args, tokenizer, output_dir, trust_remote_c
     the 4-bit weights (that merge is lossy, and the saved model would need bitsandbytes to load).
     Call it in every process: full weights are saved through the trainer, which gathers them under ZeRO-3 / FSDP.
     """
-    if not model_args.use_lora:
+    if not model_args.use_peft:
         model = trainer.model
-    elif not model_args.load_in_4bit:
+    elif not (model_args.load_in_4bit or model_args.load_in_8bit):
         model = trainer.model.merge_and_unload()
     else:
         import tempfile
@@ -238,10 +238,10 @@ def save_reward_model(trainer, model_args, tokenizer, output_dir, trust_remote_c
             trainer.model.save_pretrained(adapter)
             model = load_sequence_classifier(adapter, model_args.dtype, trust_remote_code)
     model.config.pad_token_id = tokenizer.pad_token_id
-    if not model_args.use_lora:
+    if not model_args.use_peft:
         trainer.save_model(output_dir)
     if is_main_process():
-        if model_args.use_lora:
+        if model_args.use_peft:
             model.save_pretrained(output_dir)
             trainer.create_model_card(model_name=Path(output_dir).name)
         tokenizer.save_pretrained(output_dir)

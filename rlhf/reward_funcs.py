@@ -4,7 +4,7 @@ A reward function follows TRL's signature: `func(prompts, completions, **columns
 `completions` are strings or one-message conversations and every dataset column (e.g. `ground_truth`) comes as
 a keyword argument holding one value per completion. `--reward_funcs` names them:
 
-    reward_model        the frozen reward model at --reward_model_path (the default)
+    reward_model        the frozen reward model at --reward_model_name_or_path (the default)
     boxed_answer        +1 / -1 / -0.5: the final \\boxed{...} answer is correct / wrong / missing (rlhf/verifier.py)
     boxed_format        1 if the completion gives a final \\boxed{...} answer, else 0
     my_module.my_reward any function importable by its dotted path (the current folder is importable)

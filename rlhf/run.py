@@ -261,7 +261,7 @@ def resolved_settings(configs):
 
     fields = {}
     for config in configs:
-        for name in ("dtype", "model_name_or_path", "reward_model_dtype", "reward_model_path", "reward_funcs"):
+        for name in ("dtype", "model_name_or_path", "reward_model_dtype", "reward_model_name_or_path", "reward_funcs"):
             if hasattr(config, name):
                 fields.setdefault(name, getattr(config, name))
     training = next((config for config in configs if hasattr(config, "use_cpu")), None)
@@ -273,7 +273,7 @@ def resolved_settings(configs):
         resolved["dtype"] = resolve_dtype(fields["dtype"], fields.get("model_name_or_path"))
     if "reward_model_dtype" in fields and "reward_model" in fields.get("reward_funcs", ["reward_model"]):
         dtype = reward_model_dtype(fields["reward_model_dtype"], fields.get("dtype", "float32"), gpu)
-        resolved["reward_model_dtype"] = resolve_dtype(dtype, fields.get("reward_model_path"))
+        resolved["reward_model_dtype"] = resolve_dtype(dtype, fields.get("reward_model_name_or_path"))
     return resolved
 
 

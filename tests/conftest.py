@@ -128,13 +128,15 @@ PPO_SMALL = ["--max_completion_length", "8", "--per_device_train_batch_size", "2
 
 
 def grpo_args(models, output_dir, *extra, reward_model=None):
-    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
-            "--dataset_name", models["prompts"], "--output_dir", output_dir, *GRPO_SMALL, *extra]
+    return ["--model_name_or_path", models["policy"], "--reward_model_name_or_path",
+            reward_model or models["reward_model"], "--dataset_name", models["prompts"], "--output_dir", output_dir,
+            *GRPO_SMALL, *extra]
 
 
 def ppo_args(models, output_dir, *extra, reward_model=None):
-    return ["--model_name_or_path", models["policy"], "--reward_model_path", reward_model or models["reward_model"],
-            "--dataset_name", models["prompts"], "--output_dir", output_dir, *PPO_SMALL, *extra]
+    return ["--model_name_or_path", models["policy"], "--reward_model_name_or_path",
+            reward_model or models["reward_model"], "--dataset_name", models["prompts"], "--output_dir", output_dir,
+            *PPO_SMALL, *extra]
 
 
 def assert_ok(result):

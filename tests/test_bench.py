@@ -60,7 +60,7 @@ def test_trl_settings_runs_share_trl_grpo_flags_and_ours_keep_the_package_defaul
         for flag in ("--bf16", "--tf32", "--prompts_per_generation", "--gradient_accumulation_steps"):
             assert flag not in command[name], (name, flag)
     assert flags_after(command["grpo"], "--prompts_per_step") == ["4"]
-    assert "--use_lora" in command["grpo_lora"] and "--use_peft" in command["trl_grpo_lora"]
+    assert "--use_peft" in command["grpo_lora"] and "--use_peft" in command["trl_grpo_lora"]
     assert flags_after(command["grpo_vllm"], "--vllm_mode") == ["colocate"]
     assert "--per_device_train_batch_size" not in command["ppo"]  # PPO's micro-batch and rollout: the package's
 

@@ -32,7 +32,7 @@ def test_an_empty_dataset_is_one_line(tiny_models, tmp_path, run_cli, script, co
     ("train_grpo.py", ["--use_lora", "--lora_r", "0"], "--lora_r must be >= 1"),
     ("train_reward_model.py", ["--eval_samples", "-5"], "--eval_samples must be >= 0"),
     ("train_grpo.py", ["--max_samples", "-5"], "--max_samples must be >= 0"),
-    ("train_grpo.py", ["--dataset_split", "test"], "single split, 'train'; drop --dataset_split test"),
+    ("train_grpo.py", ["--dataset_split", "test"], "single split, 'train'; drop --dataset_train_split test"),
     ("train_grpo.py", ["--dtype", "bfloat16"], "--allow_half_precision_weights to train them anyway"),
     ("train_ppo.py", ["--dtype", "float16"], "--allow_half_precision_weights to train them anyway"),
     ("train_grpo.py", ["--use_cpu", "--bf16", "true", "--cache_implementation", "static"],
@@ -70,18 +70,23 @@ def test_qlora_needs_bitsandbytes_and_builds_an_nf4_config(monkeypatch):
 
     import torch
 
+    from config import ModelArguments
     from rlhf.errors import UserError
-    from rlhf.models import check_4bit, load_kwargs
+    from rlhf.models import check_quantization, trained_model_kwargs
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "bitsandbytes" else real_find_spec(name))
-    with pytest.raises(UserError, match="pip install -r requirements-qlora.txt"):
-        check_4bit(True)
-    config = load_kwargs("float32", load_in_4bit=True)["quantization_config"]
-    assert (config.load_in_4bit, config.bnb_4bit_quant_type, config.bnb_4bit_compute_dtype) == (True, "nf4",
-                                                                                                 torch.bfloat16)
-    assert "quantization_config" not in load_kwargs("float32")
+    qlora = ModelArguments(use_peft=True, load_in_4bit=True)
+    with pytest.raises(UserError, match="--load_in_4bit needs bitsandbytes: pip install -r requirements-qlora.txt"):
+        check_quantization(qlora)
+    with pytest.raises(UserError, match="--load_in_8bit needs bitsandbytes"):
+        check_quantization(ModelArguments(use_peft=True, load_in_8bit=True))
+    config = trained_model_kwargs(qlora)["quantization_config"]  # TRL's get_quantization_config, QLoRA's settings
+    assert (config.load_in_4bit, config.bnb_4bit_quant_type, config.bnb_4bit_compute_dtype,
+            config.bnb_4bit_use_double_quant) == (True, "nf4", torch.bfloat16, True)
+    assert trained_model_kwargs(ModelArguments(use_peft=True, load_in_8bit=True))["quantization_config"].load_in_8bit
+    assert "quantization_config" not in trained_model_kwargs(ModelArguments())
 
 
 def test_a_reward_model_of_another_kind_of_adapter_is_refused(tiny_models, tmp_path):

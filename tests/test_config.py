@@ -1,8 +1,9 @@
 import pytest
 
 import config
-from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
+from config import ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, parse_args
+from rlhf.grpo_config import GRPOTrainingConfig
 from rlhf.models import reward_model_dtype
 
 GRPO_TYPES = (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig)
@@ -18,7 +19,7 @@ def test_defaults_follow_the_seeds():
     assert (model.lora_r, model.lora_alpha, model.lora_dropout) == (16, 32, 0.05)
     assert model.lora_target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert (data.dataset_name, data.max_samples) == ("Intel/orca_dpo_pairs", 10_000)
-    assert reward.reward_model_path == "./reward_model_output"
+    assert reward.reward_model_name_or_path == "./reward_model_output"
     assert train.output_dir == "./grpo_training_output"
     assert train.beta == 0.04  # TRL's default 0.0 would drop the reference model and the kl metric
     assert (train.temperature, train.max_completion_length) == (0.7, 256)
@@ -43,46 +44,62 @@ def test_batch_values_that_cannot_work_are_refused_in_one_line():
     with pytest.raises(UserError, match="not a multiple of per_device_train_batch_size"):
         parse("--per_device_train_batch_size", "5")
     with pytest.raises(UserError, match="--prompts_per_step 0"):
-        parse("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
+        parse("--prompts_per_step", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
     *_, train = parse("--prompts_per_step", "0", "--per_device_train_batch_size", "4",
                       "--gradient_accumulation_steps", "2")
     assert train.gradient_accumulation_steps == 2
 
 
-def test_use_lora_spelled_with_dash_or_underscore():
-    assert parse("--use-lora")[0].use_lora is True
-    assert parse("--use_lora")[0].use_lora is True
-    assert parse()[0].use_lora is False
+def test_trls_batch_flags_given_without_prompts_per_step_are_used_as_trl_uses_them(monkeypatch):
+    """`trl grpo` and TRL's PPO take these flags as they are: so does a YAML written for them, run here."""
+    on_a_gpu(monkeypatch, gpu=False)
+    *_, train = parse("--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
+    assert (train.prompts_per_step, train.gradient_accumulation_steps, train.generation_batch_size) == (0, 2, 8)
+    *_, train = parse("--per_device_train_batch_size", "4", "--steps_per_generation", "3")
+    assert (train.prompts_per_step, train.gradient_accumulation_steps, train.generation_batch_size) == (0, 1, 12)
+    assert parse()[-1].prompts_per_step == 4
+    ppo = ppo_parse("--num_mini_batches", "3", "--per_device_train_batch_size", "2")
+    assert (ppo.prompts_per_rollout, ppo.num_mini_batches) == (6, 3)
+
+
+def test_use_peft_and_the_older_use_lora_spelled_with_dash_or_underscore():
+    for flag in ("--use_peft", "--use-peft", "--use-lora", "--use_lora"):
+        assert parse(flag)[0].use_peft is True
+    assert parse()[0].use_peft is False
 
 
 def test_yaml_overrides_defaults_and_flags_override_yaml(tmp_path):
     config = tmp_path / "grpo.yaml"
-    config.write_text("learning_rate: 1.0e-6\nbeta: 0.1\nmax_samples: 50\nuse_lora: true\n")
+    config.write_text("learning_rate: 1.0e-6\nbeta: 0.1\nmax_samples: 50\nuse_peft: true\n")
     model, data, _, train = parse("--config", str(config), "--beta", "0.2")
     assert train.learning_rate == 1e-6
     assert train.beta == 0.2
     assert data.max_samples == 50
-    assert model.use_lora is True
+    assert model.use_peft is True
 
 
 def test_yaml_keys_may_be_spelled_with_dashes_like_flags(tmp_path):
     config = tmp_path / "grpo.yaml"
     config.write_text("use-lora: true\nlearning-rate: 2.0e-6\nmax_steps: 7\n")
     model, _, _, train = parse("--config", str(config))
-    assert model.use_lora is True and train.learning_rate == 2e-6 and train.max_steps == 7
+    assert model.use_peft is True and train.learning_rate == 2e-6 and train.max_steps == 7
 
 
-def test_help_lists_the_package_flags_first_in_groups_then_the_rest():
-    from rlhf.cli import TAIL_TITLE, Parser
+def test_help_lists_the_package_flags_first_in_groups_then_every_flag_by_argument_class():
+    from rlhf.cli import HELP_GROUPS, SUMMARY_TITLE, Parser
 
-    text = Parser(GRPO_TYPES, description="Usage:\n\n    python train_grpo.py --use-lora\n").parser.format_help()
-    assert "\n    python train_grpo.py --use-lora\n" in text  # examples keep their lines
-    positions = [text.index(f"\n{title}:\n") for title in ("Model", "LoRA", "Data", "Reward", "Batch and generation",
-                                                            "Optimization", "Output", TAIL_TITLE)]
+    text = Parser(GRPO_TYPES, description="Usage:\n\n    python train_grpo.py --use_peft\n").parser.format_help()
+    assert "\n    python train_grpo.py --use_peft\n" in text  # examples keep their lines
+    summary = text[text.index(SUMMARY_TITLE):text.index("\noptions:\n")]
+    positions = [summary.index(f"\n  {title}:") for title in HELP_GROUPS if title != "Output"]
     assert positions == sorted(positions)
-    tail = text[positions[-1]:]
-    assert "--prompts_per_step" in text[:positions[-1]] and "--prompts_per_step" not in tail
-    assert "--adam_beta1" in tail and "--adam_beta1" not in text[:positions[-1]]
+    for flag in ("--use_peft", "--dataset_train_split", "--reward_model_name_or_path", "--prompts_per_step", "--beta"):
+        assert flag in summary
+    assert "--adam_beta1" not in summary and "--adam_beta1" in text
+    titles = ("Model and LoRA (TRL's ModelConfig)", "Data (TRL's ScriptArguments)", "Reward",
+              "Training (TRL's GRPOConfig and transformers' TrainingArguments)")
+    groups = [text.index(f"\n{title}:\n") for title in titles]
+    assert groups == sorted(groups)
 
 
 def test_help_says_a_negated_flag_turns_its_option_off(tmp_path):
@@ -95,9 +112,7 @@ def test_help_says_a_negated_flag_turns_its_option_off(tmp_path):
     entry = " ".join(entry.group(1).split())
     assert not entry.startswith("Enable") and "--gradient_checkpointing false" in entry, entry
     assert "defaults to True" in entry and "(default: False)" not in entry, entry
-    optimization = text[text.index("\nOptimization:\n"):text.index("\nOutput:\n")]
-    assert "--gradient_checkpointing [GRADIENT_CHECKPOINTING]" in optimization  # the flag itself sits beside it
-    assert "Enable gradient checkpointing" in optimization
+    assert "--gradient_checkpointing [GRADIENT_CHECKPOINTING]" in text and "Enable gradient checkpointing" in text
     # Parsing is unchanged: on by default, off with the negated flag or with `false` from a flag or YAML.
     assert parse()[3].gradient_checkpointing is True
     assert parse("--no_gradient_checkpointing")[3].gradient_checkpointing is False
@@ -136,7 +151,7 @@ def test_out_of_range_values_are_refused_in_one_line():
 @pytest.mark.parametrize("script, flags, message", [
     ("grpo", ["--max_completion_length", "0"], "--max_completion_length must be >= 1, got 0"),
     ("grpo", ["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be >= 1, got 0"),
-    ("grpo", ["--use_lora", "--lora_r", "0"], "--lora_r must be >= 1, got 0"),
+    ("grpo", ["--use_peft", "--lora_r", "0"], "--lora_r must be >= 1, got 0"),
     ("grpo", ["--lora_dropout", "1"], "--lora_dropout must be in [0, 1)"),
     ("grpo", ["--max_samples", "-5"], "--max_samples must be >= 0, got -5"),
     ("grpo", ["--max_prompt_length", "0"], "--max_prompt_length must be >= 1, got 0"),
@@ -144,7 +159,10 @@ def test_out_of_range_values_are_refused_in_one_line():
     ("grpo", ["--num_train_epochs", "0"], "--num_train_epochs must be > 0"),
     ("grpo", ["--save_steps", "0"], "--save_steps must be > 0"),
     ("grpo", ["--max_steps", "0"], "--max_steps must be >= 1 (or -1"),
-    ("grpo", ["--load_in_4bit"], "add --use_lora"),
+    ("grpo", ["--load_in_4bit"], "add --use_peft"),
+    ("grpo", ["--load_in_8bit"], "add --use_peft"),
+    ("grpo", ["--dataset_config", "main"], "--dataset_config main is not supported"),
+    ("grpo", ["--model_revision", "v2"], "--model_revision v2 is not supported"),
     ("ppo", ["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be >= 1, got 0"),
     ("ppo", ["--max_completion_length", "0"], "--max_completion_length must be >= 1, got 0"),
     ("ppo", ["--num_ppo_epochs", "0"], "--num_ppo_epochs must be >= 1, got 0"),
@@ -156,10 +174,11 @@ def test_out_of_range_values_are_refused_in_one_line():
     ("evaluate", ["--train_samples", "-1"], "--train_samples must be >= 0, got -1"),
 ])
 def test_sizes_lengths_ranks_and_counts_below_their_minimum_are_refused(script, flags, message):
-    from config import (EvalArguments, PPOTrainingConfig, PreferenceDataArguments, RewardArguments,
-                        RewardTrainingConfig)
+    from config import EvalArguments, PreferenceDataArguments, RewardArguments
+    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
+    from rlhf.reward_config import RewardTrainingConfig
 
-    types = {"grpo": GRPO_TYPES, "ppo": (ModelArguments, PromptDataArguments, PPOTrainingConfig),
+    types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "reward": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig),
              "evaluate": (EvalArguments, RewardArguments)}[script]
     with pytest.raises(UserError) as error:
@@ -168,14 +187,14 @@ def test_sizes_lengths_ranks_and_counts_below_their_minimum_are_refused(script, 
 
 
 def test_ppo_config_defaults_and_checks():
-    from config import PPOTrainingConfig
+    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 
-    ppo_types = (ModelArguments, PromptDataArguments, PPOTrainingConfig)
+    ppo_types = (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)
     *_, ppo = parse_args(ppo_types, [])
     assert (ppo.per_device_train_batch_size, ppo.num_ppo_epochs, ppo.kl_coef) == (4, 4, 0.05)
     assert (ppo.gamma, ppo.lam, ppo.cliprange, ppo.learning_rate, ppo.temperature) == (1.0, 0.95, 0.2, 5e-6, 0.7)
     assert ppo.response_length == ppo.max_completion_length == 256
-    assert ppo.output_dir == "./ppo_training_output" and ppo.reward_model_path == "./reward_model_output"
+    assert ppo.output_dir == "./ppo_training_output" and ppo.reward_model_name_or_path == "./reward_model_output"
     assert ppo.stop_token == "eos" and ppo.missing_eos_penalty == 1.0 and ppo.target_kl is None
     assert parse_args(ppo_types, ["--response_length", "64"])[-1].max_completion_length == 64
     with pytest.raises(UserError, match="--target_kl must be > 0"):
@@ -194,13 +213,16 @@ def test_frozen_reward_model_dtype_is_bfloat16_on_a_gpu_unless_set():
 def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
     import yaml
 
-    from config import PPOTrainingConfig, PreferenceDataArguments, RewardTrainingConfig
+    from config import PreferenceDataArguments
     from conftest import ROOT
+    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
+    from rlhf.reward_config import RewardTrainingConfig
 
-    types = {"grpo": GRPO_TYPES, "ppo": (ModelArguments, PromptDataArguments, PPOTrainingConfig),
+    types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "reward_model": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig)}[name]
     path = ROOT / "configs" / f"{name}.yaml"
-    parsed = {key: value for config in parse_args(types, ["--config", str(path)]) for key, value in vars(config).items()}
+    parsed = {key: value for config in parse_args(types, ["--config", str(path)])
+              for key, value in vars(config).items()}
     for key, value in yaml.safe_load(path.read_text()).items():
         assert parsed[key.replace("-", "_")] == value, key
 
@@ -234,7 +256,7 @@ def test_a_script_imports_only_its_own_trl_config():
 
     from conftest import ROOT
 
-    code = "import sys, config; config.GRPOTrainingConfig; print('trl.experimental' in sys.modules)"
+    code = "import sys, rlhf.grpo_config; print('trl.experimental' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr  # no PPO (TRL's experimental package) in a GRPO run
 
@@ -243,16 +265,18 @@ def on_a_gpu(monkeypatch, gpu=True):
     """Resolve the defaults as on an Ampere-or-newer CUDA GPU (or, gpu=False, on a CPU), whatever this machine is."""
     import transformers.training_args
 
-    monkeypatch.setattr(config, "_cuda_available", lambda: gpu)
+    from rlhf import processes
+
+    monkeypatch.setattr(processes, "cuda_available", lambda: gpu)
     monkeypatch.setattr(config, "_cuda_supports_tf32", lambda: gpu)
     monkeypatch.setattr(transformers.training_args, "is_torch_tf32_available", lambda: gpu)
     monkeypatch.setattr(transformers.training_args, "enable_tf32", lambda enable: None)
 
 
 def ppo_parse(*args):
-    from config import PPOTrainingConfig
+    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 
-    return parse_args((ModelArguments, PromptDataArguments, PPOTrainingConfig), list(args))[-1]
+    return parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), list(args))[-1]
 
 
 def test_on_a_gpu_generation_is_batched_over_steps_and_matmuls_use_tf32(monkeypatch):
@@ -291,15 +315,16 @@ def test_generation_and_rollout_sizes_that_cannot_work_are_refused(monkeypatch):
 
 
 def test_lora_target_modules_as_a_yaml_scalar_is_a_list_and_all_linear_reaches_peft_as_peft_spells_it(tmp_path):
-    from rlhf.models import lora_config
+    from rlhf.models import peft_config
 
     config = tmp_path / "lora.yaml"
-    config.write_text("use_lora: true\nlora_target_modules: q_proj\n")
+    config.write_text("use_peft: true\nlora_target_modules: q_proj\n")
     assert parse("--config", str(config))[0].lora_target_modules == ["q_proj"]
-    config.write_text("use_lora: true\nlora_target_modules: all-linear\n")
+    assert peft_config(parse("--config", str(config))[0]).target_modules == {"q_proj"}  # a string: a pattern
+    config.write_text("use_peft: true\nlora_target_modules: all-linear\n")
     model = parse("--config", str(config))[0]
-    assert lora_config(model).target_modules == "all-linear"  # ['all-linear'] would be a module called so
-    assert lora_config(parse("--use_lora", "--lora_target_modules", "all-linear")[0]).target_modules == "all-linear"
+    assert peft_config(model).target_modules == "all-linear"  # ['all-linear'] would be a module called so
+    assert peft_config(parse("--use_peft", "--lora_target_modules", "all-linear")[0]).target_modules == "all-linear"
     assert parse("--lora_target_modules", "q_proj,v_proj")[0].lora_target_modules == ["q_proj", "v_proj"]
 
 
@@ -351,3 +376,141 @@ def test_the_checkpoint_dtype_is_read_from_its_config_without_loading_it(tiny_mo
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(old)}))
     assert checkpoint_dtype(adapter) == "float32"
+
+
+def trl_grpo_yaml(models, path, output_dir):
+    """A YAML in `trl grpo`'s vocabulary (TRL's ScriptArguments, ModelConfig, GRPOConfig keys) on the tiny models."""
+    import yaml
+
+    config = {"model_name_or_path": str(models["policy"]), "dataset_name": str(models["prompts"]),
+              "dataset_train_split": "train", "reward_model_name_or_path": str(models["reward_model"]),
+              "use_peft": True, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": ["q_proj", "v_proj"],
+              "learning_rate": 1.0e-4, "lr_scheduler_type": "constant", "max_steps": 2,
+              "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "num_generations": 2,
+              "max_completion_length": 8, "logging_steps": 1,
+              "save_steps": 2, "seed": 0, "bf16": False, "output_dir": str(output_dir)}  # bf16: TRL on a CPU
+    path.write_text(yaml.safe_dump(config))
+    return config
+
+
+def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models, tmp_path):
+    import json
+
+    from conftest import assert_ok, run_script
+    from trl.scripts.grpo import make_parser
+
+    path = tmp_path / "trl_grpo.yaml"
+    config = trl_grpo_yaml(tiny_models, path, tmp_path / "out")
+    # TRL's own parser (the one `trl grpo` uses) takes every key: the file is TRL's.
+    script_args, training_args, model_args, _ = make_parser().parse_args_and_config(["--config", str(path)])
+    assert (script_args.reward_model_name_or_path, model_args.use_peft, training_args.max_steps) == (
+        config["reward_model_name_or_path"], True, 2)
+
+    result = run_script("train_grpo.py", "--config", path)
+    assert_ok(result)
+    adapter = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"], sorted(adapter["target_modules"])) == (8, 16, ["q_proj", "v_proj"])
+    state = json.loads((tmp_path / "out" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["log_history"][0]["learning_rate"] == 1e-4
+    # TRL's batch: 4 completions per pass x 2 passes = 8 completions (4 prompts x 2) per optimizer step.
+    settings = json.loads((tmp_path / "out" / "run_manifest.json").read_text())["config"]["GRPOTrainingConfig"]
+    assert (settings["gradient_accumulation_steps"], settings["generation_batch_size"]) == (2, 8)
+
+
+@pytest.mark.parametrize("script, trl_names, older_names", [
+    ("grpo", ["--use_peft", "--dataset_train_split", "test", "--reward_model_name_or_path", "rm"],
+     ["--use-lora", "--dataset_split", "test", "--reward_model_path", "rm"]),
+    ("grpo", ["--use_peft"], ["--use_lora"]),
+    ("ppo", ["--model_name_or_path", "m", "--max_completion_length", "64", "--reward_model_name_or_path", "rm"],
+     ["--sft_model_path", "m", "--response_length", "64", "--reward_model_path", "rm"]),
+    ("evaluate", ["--model_path", "a", "b", "--dataset_train_split", "test"],
+     ["--model-path", "a", "b", "--dataset_split", "test"]),
+    ("evaluate", ["--model_path", "a"], ["--model_name_or_path", "a"]),
+])
+def test_the_older_spellings_set_what_trl_names_set_as_flags_and_yaml_keys(script, trl_names, older_names, tmp_path):
+    import yaml
+
+    from config import EvalArguments
+    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
+
+    types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
+             "evaluate": (EvalArguments, RewardArguments)}[script]
+
+    def parsed(flags):  # every field (the TrainingArguments' accelerate state is an object of its own each time)
+        return [{key: value for key, value in vars(config).items() if key != "distributed_state"}
+                for config in parse_args(types, flags)]
+
+    def as_yaml(flags):
+        keys, values = {}, None
+        for flag in flags:
+            if flag.startswith("--"):
+                values = keys.setdefault(flag[2:], [])
+            else:
+                values.append(flag)
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump({key: v[0] if len(v) == 1 else v or True for key, v in keys.items()}))
+        return ["--config", str(path)]
+
+    expected = parsed(trl_names)
+    assert expected != parsed([])
+    assert parsed(older_names) == expected
+    assert parsed(as_yaml(older_names)) == expected == parsed(as_yaml(trl_names))
+
+
+def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch, capsys, tmp_path):
+    on_a_gpu(monkeypatch, gpu=False)
+
+    def notes(*flags, types=GRPO_TYPES):
+        parse_args(types, list(flags))
+        return capsys.readouterr().out.splitlines()
+
+    small = ["--prompts_per_step", "2", "--num_generations", "2"]
+    assert notes(*small, "--per_device_train_batch_size", "16", "--dataloader_pin_memory", "true") == [
+        "note: --per_device_train_batch_size 16 -> 4 (one optimizer step's share per process)",
+        "note: --dataloader_pin_memory true -> false (pinned memory helps a GPU only, and there is none)",
+    ]
+    assert notes("--prompts_per_step", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps",
+                 "1", "--generation_batch_size", "32") == [
+        "note: --gradient_accumulation_steps 1 -> 4 (derived from --prompts_per_step)",
+        "note: --generation_batch_size 32 -> 16 (derived from --prompts_per_generation x --num_generations; pass "
+        "--prompts_per_step 0 to set it)",
+    ]
+    yaml_file = tmp_path / "grpo.yaml"
+    yaml_file.write_text("prompts_per_step: 2\nnum_generations: 2\nper_device_train_batch_size: 16\n")
+    assert notes("--config", str(yaml_file)) == [notes(*small, "--per_device_train_batch_size", "16")[0]]
+    # What the package resolves from its own defaults is no news: the default 16 completions per pass, capped.
+    assert notes() == notes(*small) == notes("--prompts_per_step", "0") == []
+    assert notes("--reward_funcs", "boxed_format", "--reward_model_path", "rm") == [
+        "note: --reward_model_name_or_path rm is not used: --reward_funcs has no reward_model (add it to score with "
+        "the model too)"]
+    assert notes("--reward_funcs", "boxed_format") == []
+    ppo = (ModelArguments, PromptDataArguments, __import__("rlhf.ppo_config").ppo_config.PPOTrainingConfig)
+    assert notes("--num_mini_batches", "1", "--prompts_per_rollout", "8", "--per_device_train_batch_size", "2",
+                 types=ppo) == ["note: --num_mini_batches 1 -> 4 (derived from --prompts_per_rollout)"]
+    # Several processes on a CPU: said although the user set nothing; once, by the main process.
+    monkeypatch.setattr(config, "launched_processes", lambda: 2)  # (WORLD_SIZE=2 would start a process group)
+    assert notes() == [
+        "note: --use_cpu false -> true (several processes and no GPU: each trains its share on the CPU)"]
+    monkeypatch.setenv("RANK", "1")
+    assert notes() == []
+
+
+def test_trl_model_and_data_fields_this_package_does_not_implement_are_refused_not_ignored(tiny_models, tmp_path,
+                                                                                         run_cli):
+    from conftest import error_line, grpo_args
+
+    from rlhf.models import trained_model_kwargs
+
+    config = tmp_path / "mixture.yaml"
+    config.write_text("datasets:\n  - path: trl-lib/tldr\n")
+    with pytest.raises(UserError, match="datasets in .*: TRL's dataset mixtures are not supported; give one dataset"):
+        parse("--config", str(config))
+    with pytest.raises(UserError, match="--dataset_streaming is not supported"):
+        parse("--dataset_streaming")
+    line = error_line(run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--use_peft",
+                              "--lora_task_type", "SEQ_CLS"))
+    assert "--lora_task_type SEQ_CLS does not fit this script, which trains a CAUSAL_LM model" in line
+    assert not (tmp_path / "out").exists()
+    # What TRL's ModelConfig says about loading reaches from_pretrained.
+    assert trained_model_kwargs(parse("--attn_implementation", "eager")[0])["attn_implementation"] == "eager"
+    assert "attn_implementation" not in trained_model_kwargs(parse()[0])

@@ -116,7 +116,7 @@ def test_empty_parquet_folders_and_saved_datasets_end_in_one_line(tmp_path):
 def test_splits_of_local_data(tmp_path):
     path = tiny.write_jsonl(tmp_path / "data" / "train.jsonl", tiny.orca_rows(3))
     tiny.write_jsonl(tmp_path / "data" / "test.jsonl", tiny.orca_rows(2))
-    with pytest.raises(UserError, match="single split, 'train'; drop --dataset_split test"):
+    with pytest.raises(UserError, match="single split, 'train'; drop --dataset_train_split test"):
         load_rows(str(path), split="test")
     assert len(load_rows(str(tmp_path / "data"), split="test")) == 2  # a folder's files name its splits
     with pytest.raises(UserError, match=r"has no split 'validation'; pick one of \['test', 'train'\]"):

@@ -112,7 +112,7 @@ def test_scoring_record_names_every_reward_and_the_verifier_settings():
     from rlhf.evaluation import scoring_record
 
     rewards = RewardArguments(reward_funcs=["reward_model", "boxed_answer", "my_rewards.brevity"],
-                              reward_model_path="./rm", boxed_wrong_reward=-2.0)
+                              reward_model_name_or_path="./rm", boxed_wrong_reward=-2.0)
     record = scoring_record(rewards, [1.0, 2.0, 0.5], "bfloat16")
     assert record["reward_funcs"] == ["reward_model", "boxed_answer", "my_rewards.brevity"]
     assert record["reward_weights"] == [1.0, 2.0, 0.5]
