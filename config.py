@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig, ScriptArguments
 
-from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf import processes
+from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf.processes import launched_processes
 
 # Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went

@@ -27,8 +27,21 @@ from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
-from rlhf.evaluation import (Interrupted, ReportNotWritten, StopOnSignal, check_writable, compare, draw_prompts,
-                             format_table, generate, held_out_prompts, save_report, score, scoring_record, summarize)
+from rlhf.evaluation import (
+    Interrupted,
+    ReportNotWritten,
+    StopOnSignal,
+    check_writable,
+    compare,
+    draw_prompts,
+    format_table,
+    generate,
+    held_out_prompts,
+    save_report,
+    score,
+    scoring_record,
+    summarize,
+)
 from rlhf.models import check_model_source, check_policy, load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.processes import on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer

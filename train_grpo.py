@@ -20,8 +20,18 @@ from config import ModelArguments, PromptDataArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.grpo_config import GRPOTrainingConfig
-from rlhf.models import (check_lora_targets, check_model_source, check_policy, check_precision, check_quantization,
-                         load_tokenizer, peft_config, reward_model_dtype, trainable_model_path, trained_model_kwargs)
+from rlhf.models import (
+    check_lora_targets,
+    check_model_source,
+    check_policy,
+    check_precision,
+    check_quantization,
+    load_tokenizer,
+    peft_config,
+    reward_model_dtype,
+    trainable_model_path,
+    trained_model_kwargs,
+)
 from rlhf.processes import is_main_process, on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs

@@ -20,8 +20,15 @@ import logging
 from config import PromptDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
-from rlhf.models import (check_lora_targets, check_model_source, check_policy, check_precision, check_quantization,
-                         load_tokenizer, peft_config)
+from rlhf.models import (
+    check_lora_targets,
+    check_model_source,
+    check_policy,
+    check_precision,
+    check_quantization,
+    load_tokenizer,
+    peft_config,
+)
 from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 from rlhf.processes import is_main_process
 from rlhf.reward import check_reward_model, check_value_model, ensure_distinct_pad

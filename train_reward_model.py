@@ -19,11 +19,20 @@ from pathlib import Path
 from config import ModelArguments, PreferenceDataArguments
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
-from rlhf.models import (check_lora_targets, check_model_source, check_precision, check_quantization, load_tokenizer,
-                         model_config, peft_config, trainable_model_path, trained_model_kwargs)
+from rlhf.models import (
+    check_lora_targets,
+    check_model_source,
+    check_precision,
+    check_quantization,
+    load_tokenizer,
+    model_config,
+    peft_config,
+    trainable_model_path,
+    trained_model_kwargs,
+)
 from rlhf.processes import is_main_process
-from rlhf.reward_config import RewardTrainingConfig
 from rlhf.reward import ensure_distinct_pad, held_out_accuracy, held_out_size, save_reward_model, tokenize_pairs
+from rlhf.reward_config import RewardTrainingConfig
 from rlhf.run import start_run
 
 ACCURACY_FILE = "reward_accuracy.json"

@@ -106,9 +106,9 @@ def batch_shape(name, command, cuda):
 
     from config import ModelArguments, PromptDataArguments, RewardArguments
     from rlhf import processes
+    from rlhf.cli import parse_args as parse_script_args
     from rlhf.grpo_config import GRPOTrainingConfig
     from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
-    from rlhf.cli import parse_args as parse_script_args
     from rlhf.processes import launched_processes
 
     flags, dropping = [], False

@@ -125,7 +125,7 @@ def read_run(event_files):
 def run_labels(folders):
     """A short label per run folder: its name, with parent folders added where two names clash."""
     folders = [Path(folder).resolve() for folder in folders]
-    depth = {folder: 1 for folder in folders}
+    depth = dict.fromkeys(folders, 1)
     while True:
         labels = {folder: "/".join(folder.parts[-depth[folder]:]) for folder in folders}
         clashes = [folder for folder in folders if list(labels.values()).count(labels[folder]) > 1]

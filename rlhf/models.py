@@ -7,8 +7,8 @@ folders go through `from_pretrained` alike.
 import copy
 from pathlib import Path
 
-from rlhf.errors import UserError, first_line
 from rlhf.data import did_you_mean_path, looks_like_local_path
+from rlhf.errors import UserError, first_line
 from rlhf.processes import cuda_available, main_process_first
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")

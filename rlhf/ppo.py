@@ -46,8 +46,13 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     `trainable_model_path`, which merges an adapter into the output folder."""
     from transformers import AutoModelForCausalLM
 
-    from rlhf.models import load_kwargs, load_sequence_classifier, reward_model_dtype, trainable_model_path, \
-        trained_model_kwargs
+    from rlhf.models import (
+        load_kwargs,
+        load_sequence_classifier,
+        reward_model_dtype,
+        trainable_model_path,
+        trained_model_kwargs,
+    )
     from rlhf.processes import on_gpu
     from rlhf.reward import load_reward_model
 

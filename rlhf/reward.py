@@ -10,9 +10,15 @@ import math
 from pathlib import Path
 
 from rlhf.errors import NonFiniteError, UserError, first_line
+from rlhf.models import (
+    adapter_base,
+    check_model_source,
+    load_sequence_classifier,
+    loadable,
+    model_config,
+    tokenizer_source,
+)
 from rlhf.processes import is_main_process
-from rlhf.models import (adapter_base, check_model_source, load_sequence_classifier, loadable, model_config,
-                         tokenizer_source)
 
 REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
 PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")

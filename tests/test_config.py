@@ -396,8 +396,9 @@ def trl_grpo_yaml(models, path, output_dir):
 def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models, tmp_path):
     import json
 
-    from conftest import assert_ok, run_script
     from trl.scripts.grpo import make_parser
+
+    from conftest import assert_ok, run_script
 
     path = tmp_path / "trl_grpo.yaml"
     config = trl_grpo_yaml(tiny_models, path, tmp_path / "out")
@@ -498,7 +499,6 @@ def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch
 def test_trl_model_and_data_fields_this_package_does_not_implement_are_refused_not_ignored(tiny_models, tmp_path,
                                                                                          run_cli):
     from conftest import error_line, grpo_args
-
     from rlhf.models import trained_model_kwargs
 
     config = tmp_path / "mixture.yaml"

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import ROOT
 
 ONE_TEST = "tests/test_verifier.py::test_the_table_is_large_and_covers_every_verdict"

@@ -9,8 +9,16 @@ import pytest
 from conftest import assert_ok, error_line, run_script, start_script, wait_for
 from rlhf import tiny
 from rlhf.errors import UserError
-from rlhf.evaluation import (bootstrap_interval, check_writable, compare, format_table, pearson, prompt_win_scores,
-                             rank_labels, summarize)
+from rlhf.evaluation import (
+    bootstrap_interval,
+    check_writable,
+    compare,
+    format_table,
+    pearson,
+    prompt_win_scores,
+    rank_labels,
+    summarize,
+)
 
 
 def test_ranks_best_medium_worst():

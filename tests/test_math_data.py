@@ -5,8 +5,8 @@ import json
 import re
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from rlhf import tiny
 from rlhf.data import build_prompt_dataset, load_rows
 

@@ -9,8 +9,15 @@ from transformers import TrainerState
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import NonFiniteError, NothingToDo, UserError
 from rlhf.lock import release_locks
-from rlhf.run import (changed_flags, last_checkpoint, mark_finished, prepare_output_dir, read_manifest, record_launch,
-                      start_run)
+from rlhf.run import (
+    changed_flags,
+    last_checkpoint,
+    mark_finished,
+    prepare_output_dir,
+    read_manifest,
+    record_launch,
+    start_run,
+)
 
 
 @dataclass
