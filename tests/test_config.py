@@ -492,7 +492,9 @@ def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch
     monkeypatch.setattr(config, "launched_processes", lambda: 2)  # (WORLD_SIZE=2 would start a process group)
     assert notes() == [
         "note: --use_cpu false -> true (several processes and no GPU: each trains its share on the CPU)"]
-    monkeypatch.setenv("RANK", "1")
+    import rlhf.cli
+
+    monkeypatch.setattr(rlhf.cli, "is_main_process", lambda: False)  # another process of the launch says nothing
     assert notes() == []
 
 
