@@ -31,7 +31,9 @@ PANELS = {
     "reward": ("Mean reward", None, "no reward logged"),
     "kl_per_token": ("KL to the reference, per token (GRPO)", "nats per token", NO_KL),
     "kl_per_completion": ("KL to the reference, per completion (PPO)", PER_COMPLETION, NO_KL),
-    "completion_length": ("Completion length (tokens)", None, "no completion length logged\n(plain TRL PPO logs none)"),
+    "completion_length": (
+        "Completion length (tokens)", None, "no completion length logged\n(plain TRL PPO logs none)"
+    ),
     "entropy_per_token": ("Entropy, per token (GRPO)", "nats per token", "no entropy logged"),
     "entropy_per_completion": ("Entropy, per completion (PPO)", PER_COMPLETION, "no entropy logged"),
     "clip_ratio": ("Clip ratio", None, "no clip ratio logged"),

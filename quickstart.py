@@ -32,7 +32,9 @@ PREFERENCE_TRAIN_ROWS = 320  # the rest of the 400 shipped pairs are held out fo
 MATH_TRAIN, MATH_TEST = ROOT / "data" / "math_train.jsonl", ROOT / "data" / "math_test.jsonl"
 # A worked example: without it SmolLM2 boxes ~2% of its answers and nearly all of those boxes are empty; with it
 # (and the instruction that ends every question) ~11%, enough spread within a group of 8 for GRPO to learn from.
-MATH_SYSTEM_PROMPT = "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. \\boxed{5}"
+MATH_SYSTEM_PROMPT = (
+    "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. \\boxed{5}"
+)
 
 # Settings per task and machine, chosen by measurement (README: Quickstart) so that training still helps and the CPU
 # runs take at most 15 minutes (math) and about 20 (reward model) on 2 cores.
@@ -40,18 +42,20 @@ SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
                    "--eval_samples", "40", "--logging_steps", "2", "--no_gradient_checkpointing"],
-        "grpo": ["--max_steps", "12", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant", "--num_generations",
-                 "8", "--prompts_per_step", "2", "--prompts_per_generation", "2", "--per_device_train_batch_size", "16",
-                 "--max_completion_length", "64", "--beta", "0.04", "--save_steps", "4", "--no_gradient_checkpointing"],
+        "grpo": ["--max_steps", "12", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
+                 "--num_generations", "8", "--prompts_per_step", "2", "--prompts_per_generation", "2",
+                 "--per_device_train_batch_size", "16", "--max_completion_length", "64", "--beta", "0.04",
+                 "--save_steps", "4", "--no_gradient_checkpointing"],
         "ppo": ["--total_episodes", "16", "--learning_rate", "1e-5", "--per_device_train_batch_size", "4",
                 "--prompts_per_rollout", "4", "--num_ppo_epochs", "2", "--max_completion_length", "64",
                 "--save_steps", "2", "--no_gradient_checkpointing"],
         "evaluate": ["--num_prompts", "32", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "32"],
     },
     ("math", "cpu"): {
-        "grpo": ["--max_steps", "8", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant", "--num_generations",
-                 "8", "--prompts_per_step", "4", "--prompts_per_generation", "4", "--per_device_train_batch_size", "32",
-                 "--max_completion_length", "48", "--beta", "0.04", "--save_steps", "4", "--no_gradient_checkpointing"],
+        "grpo": ["--max_steps", "8", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
+                 "--num_generations", "8", "--prompts_per_step", "4", "--prompts_per_generation", "4",
+                 "--per_device_train_batch_size", "32", "--max_completion_length", "48", "--beta", "0.04",
+                 "--save_steps", "4", "--no_gradient_checkpointing"],
         "evaluate": ["--num_prompts", "120", "--num_completions", "2", "--max_new_tokens", "48", "--batch_size", "60"],
     },
 }
@@ -63,7 +67,8 @@ SETTINGS[("math", "gpu")] = SETTINGS[("math", "cpu")]
 # SmolLM2, most of it optimizer state. Once the stage has finished, its checkpoint is deleted.
 ONE_CHECKPOINT = ["--save_total_limit", 1]
 TINY = {
-    "reward": ["--max_steps", "4", "--per_device_train_batch_size", "4", "--eval_samples", "20", "--logging_steps", "1"],
+    "reward": ["--max_steps", "4", "--per_device_train_batch_size", "4", "--eval_samples", "20",
+               "--logging_steps", "1"],
     "grpo": ["--max_steps", "4", "--num_generations", "2", "--prompts_per_step", "2", "--per_device_train_batch_size",
              "4", "--max_completion_length", "12", "--save_steps", "2"],
     "ppo": ["--total_episodes", "8", "--per_device_train_batch_size", "2", "--num_ppo_epochs", "1",
@@ -184,8 +189,9 @@ def cli(args=None):
     seed = ["--seed", args.seed]
     if args.task == "math":
         trained = [out / "grpo"]
-        run_stage("GRPO", ["train_grpo.py", "--model_name_or_path", base, "--dataset_name", MATH_TRAIN, "--max_samples",
-                           0, "--reward_funcs", "boxed_answer", "boxed_format", "--system_prompt", MATH_SYSTEM_PROMPT,
+        run_stage("GRPO", ["train_grpo.py", "--model_name_or_path", base, "--dataset_name", MATH_TRAIN,
+                           "--max_samples", 0, "--reward_funcs", "boxed_answer", "boxed_format",
+                           "--system_prompt", MATH_SYSTEM_PROMPT,
                            "--output_dir", out / "grpo", *seed, *ONE_CHECKPOINT, *settings["grpo"]], timings,
                   out / "grpo")
         data = ["--dataset_name", MATH_TEST, "--train_samples", 0, "--reward_funcs", "boxed_answer", "boxed_format",

@@ -63,7 +63,8 @@ def main(model_args, data_args, training_args):
     if size:
         split = pairs.train_test_split(test_size=size, seed=training_args.seed)
         pairs, held_out = split["train"], split["test"]
-    print(f"Schema '{schema}': {len(pairs)} training pairs, {size or 'none'} held out" + (f" ({note})." if note else "."))
+    print(f"Schema '{schema}': {len(pairs)} training pairs, {size or 'none'} held out"
+          + (f" ({note})." if note else "."))
     train_dataset = tokenize_pairs(pairs, tokenizer, training_args.max_length)
 
     ################
@@ -83,7 +84,9 @@ def main(model_args, data_args, training_args):
     ################
     # Save a plain sequence classifier (LoRA merged, score head kept) and its held-out accuracy
     ################
-    model = save_reward_model(trainer, model_args, tokenizer, training_args.output_dir, training_args.trust_remote_code)
+    model = save_reward_model(
+        trainer, model_args, tokenizer, training_args.output_dir, training_args.trust_remote_code
+    )
     if held_out is not None and is_main_process():
         report = held_out_accuracy(model, tokenizer, held_out)
         Path(training_args.output_dir, ACCURACY_FILE).write_text(json.dumps(report, indent=2) + "\n")

@@ -44,7 +44,8 @@ def _script_and_flags(name, args, paths, cuda):
             common += [flag, str(cuda and flag == "--bf16").lower()]
     lora = name.endswith("_lora")
     if name.startswith("ppo"):
-        return [sys.executable, str(ROOT / "train_ppo.py"), *common, "--reward_model_name_or_path", paths["reward_model"],
+        return [sys.executable, str(ROOT / "train_ppo.py"), *common,
+                "--reward_model_name_or_path", paths["reward_model"],
                 "--num_sample_generations", "0", *(["--use_peft", *LORA] if lora else [])]
     grpo = [*common, "--num_generations", args.num_generations, "--temperature", "0.7", "--top_p", "0.9",
             "--beta", "0.04", "--per_device_train_batch_size", args.per_device_train_batch_size]
@@ -123,7 +124,8 @@ def batch_shape(name, command, cuda):
         config = parse_script_args(types, flags)[-1]
     if name.startswith("ppo"):
         # One rollout (one logged step) generates prompts_per_rollout prompts, summed over processes (64 on a GPU:
-        # several mini-batches, see rlhf/trl_compat/ppo_fixes.py; one mini-batch of per_device x accumulation on a CPU).
+        # several mini-batches, see rlhf/trl_compat/ppo_fixes.py; one mini-batch of per_device x
+        # accumulation on a CPU).
         return _shape(config.prompts_per_rollout, 1, config.prompts_per_rollout)
     per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * launched_processes()
     return _shape(per_step // config.num_generations, config.generation_batch_size // per_step,

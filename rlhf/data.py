@@ -172,12 +172,12 @@ def to_conversation(row, schema):
         return _messages(row.get("system"), row["question"])
     if schema == "orca_messages" and isinstance(row["chosen"], list) and row["chosen"]:
         # The chosen conversation holds the prompt turns (system, user) followed by the preferred answer.
-        turns = [dict(role=m["role"], content=m["content"]) for m in row["chosen"]]
+        turns = [{"role": m["role"], "content": m["content"]} for m in row["chosen"]]
         if turns[-1]["role"] == "assistant" and len(turns) > 1:
             return [m for m in turns[:-1] if m["role"] != "system" or m["content"].strip()]
     prompt = row["prompt"]
     if isinstance(prompt, list):  # already a conversation
-        return [dict(role=m["role"], content=m["content"]) for m in prompt]
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
     return _messages(None, prompt)
 
 

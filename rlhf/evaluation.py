@@ -230,7 +230,8 @@ def score(funcs, weights, rows, completions):
 def format_table(results, comparison):
     """The terminal summary of an evaluation: one line per model, then the verifier's figures when it scored."""
     wins = [None, *comparison]  # by position: the same model may be given twice (a check that it ties)
-    lines = [f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  win rate vs baseline"]
+    lines = [f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  "
+             "win rate vs baseline"]
     for r, c in zip(results, wins):
         s = r["summary"]
         corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
@@ -239,7 +240,8 @@ def format_table(results, comparison):
         lines.append(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
                      f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
     if results and "verifier_accuracy" in results[0]["summary"]:
-        lines.append(f"\n{'model':<40} {'boxed':>6} {'accuracy [95% CI]':>20} {'timeouts':>9}  accuracy gain vs baseline")
+        lines.append(f"\n{'model':<40} {'boxed':>6} {'accuracy [95% CI]':>20} {'timeouts':>9}  "
+                     "accuracy gain vs baseline")
         for r, c in zip(results, wins):
             s = r["summary"]
             gain = "(baseline)" if c is None else (

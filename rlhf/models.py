@@ -459,5 +459,6 @@ def check_precision(model_args, training_args):
             "bfloat16 keys); drop --bf16 (float32 with TF32 is the GPU default) or the static cache"
         )
     if dtype != model_args.dtype:
-        print(f"note: --dtype auto is {dtype} for {model_args.model_name_or_path}; every model of this run loads in it")
+        print(f"note: --dtype auto is {dtype} for {model_args.model_name_or_path}; "
+              "every model of this run loads in it")
     return dtype

@@ -69,7 +69,9 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, gpu)
     reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
     reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
-    value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else training_args.value_model_path or reward_path
+    value_source = (
+        Path(resume_from) / VALUE_MODEL_DIR if resume_from else training_args.value_model_path or reward_path
+    )
     value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
     # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
     policy.generation_config.pad_token_id = tokenizer.pad_token_id

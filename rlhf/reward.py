@@ -54,7 +54,8 @@ def tokenize_pairs(pairs, tokenizer, max_length=None):
         return tokenizer(render_for_reward(tokenizer, messages), add_special_tokens=False)["input_ids"]
 
     tokenized = pairs.map(
-        lambda pair: {"chosen_ids": ids(pair["chosen"]), "rejected_ids": ids(pair["rejected"])}, desc="Tokenizing pairs"
+        lambda pair: {"chosen_ids": ids(pair["chosen"]), "rejected_ids": ids(pair["rejected"])},
+        desc="Tokenizing pairs",
     )
     if max_length is not None and len(tokenized) and not any(
             max(len(c), len(r)) <= max_length for c, r in zip(tokenized["chosen_ids"], tokenized["rejected_ids"])):

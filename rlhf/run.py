@@ -1,8 +1,9 @@
 """The output folder of a run: what a launch does with it, the run manifest, checkpoint discovery.
 
-Nothing here deletes anything of the user's; `rlhf.lock` keeps a folder to one run. The manifest (`run_manifest.json`) says what produced the folder: the
-configuration, what `auto` and the machine resolved it to, library versions and git commit; each re-launch (resume)
-is appended to it, and each checkpoint keeps a copy, so that a checkpoint carries the settings that produced it.
+Nothing here deletes anything of the user's; `rlhf.lock` keeps a folder to one run. The manifest (`run_manifest.json`)
+says what produced the folder: the configuration, what `auto` and the machine resolved it to, library versions and git
+commit; each re-launch (resume) is appended to it, and each checkpoint keeps a copy, so that a checkpoint carries the
+settings that produced it.
 """
 
 import dataclasses
@@ -440,7 +441,8 @@ def versions(libraries=LIBRARIES):
 def _git_commit():
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

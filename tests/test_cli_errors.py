@@ -76,7 +76,9 @@ def test_qlora_needs_bitsandbytes_and_builds_an_nf4_config(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "bitsandbytes" else real_find_spec(name))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "bitsandbytes" else real_find_spec(name)
+    )
     qlora = ModelArguments(use_peft=True, load_in_4bit=True)
     with pytest.raises(UserError, match="--load_in_4bit needs bitsandbytes: pip install -r requirements-qlora.txt"):
         check_quantization(qlora)
@@ -195,7 +197,8 @@ def test_a_causal_lm_given_as_the_ppo_reward_model_is_refused_before_the_run_sta
 
 
 @pytest.mark.parametrize("script, flags, message", [
-    ("train_grpo.py", ["--max_prompt_length", "20000"], "--max_prompt_length 20000 + --max_completion_length 8 = 2000"),
+    ("train_grpo.py", ["--max_prompt_length", "20000"],
+     "--max_prompt_length 20000 + --max_completion_length 8 = 2000"),
     ("train_ppo.py", ["--max_completion_length", "1020"], "--max_prompt_length 512 + --max_completion_length 1020"),
     ("evaluate_generations.py", ["--max_new_tokens", "600"], "--max_prompt_length 512 + --max_new_tokens 600 = 1112"),
 ])

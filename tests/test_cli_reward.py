@@ -7,7 +7,8 @@ import pytest
 from conftest import assert_ok, error_line, grpo_args, run_script, scalars
 from rlhf import tiny
 
-SMALL = ["--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "4", "--eval_samples", "6", "--save_steps", "2"]
+SMALL = ["--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "4", "--eval_samples", "6",
+         "--save_steps", "2"]
 
 
 def h4_rows(rows):

@@ -85,7 +85,8 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     # The value model was trained (it starts as the reward model), and the checkpoint of the last step holds the
     # same weights as the final save: both go through the gathered state dict.
     paths = (tiny_models["reward_model"], out / "value_model", out / "checkpoint-8" / "value_model")
-    start, final, checkpoint = (AutoModelForSequenceClassification.from_pretrained(path).state_dict() for path in paths)
+    load = AutoModelForSequenceClassification.from_pretrained
+    start, final, checkpoint = (load(path).state_dict() for path in paths)
     assert start.keys() == final.keys() == checkpoint.keys()
     assert any(not torch.equal(start[name], final[name]) for name in start)
     assert all(torch.equal(final[name], checkpoint[name]) for name in final)

@@ -28,7 +28,8 @@ def test_sigterm_saves_a_checkpoint_and_rerun_finishes_with_the_same_step_count(
     # It stopped right after the step in flight, not at the end. A signal that lands while checkpoint-2 is
     # being finished stops at step 2: that checkpoint is complete, so nothing is lost.
     assert 2 <= stopped_at < 30
-    assert json.loads((out / f"checkpoint-{stopped_at}" / "trainer_state.json").read_text())["global_step"] == stopped_at
+    state = json.loads((out / f"checkpoint-{stopped_at}" / "trainer_state.json").read_text())
+    assert state["global_step"] == stopped_at
     assert not (out / "model.safetensors").exists()  # no final model from an interrupted run
     assert not (out / "run.lock").exists()  # the folder is free again
 

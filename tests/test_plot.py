@@ -62,7 +62,9 @@ def results(logs, tmp_path_factory):
         "empty": ("--log_dir", logs / "empty", "--output", out / "empty.png"),
     }
     with ThreadPoolExecutor(len(commands)) as pool:
-        futures = {name: pool.submit(run_script, "plot_training_progress.py", *args) for name, args in commands.items()}
+        futures = {
+            name: pool.submit(run_script, "plot_training_progress.py", *args) for name, args in commands.items()
+        }
     return {"out": out, **{name: future.result() for name, future in futures.items()}}
 
 
@@ -90,7 +92,9 @@ def test_plots_grpo_ppo_and_a_run_without_kl(results):
     assert (grpo3["kl_per_completion"], grpo3["entropy_per_completion"]) == ("", "")
     assert grpo5["reward"] == "20.0"  # the resumed launch's value for step 5
     assert (grpo3["completion_length"], grpo3["clip_ratio"], grpo3["value_loss"]) == ("30.0", "0.375", "")
-    assert (ppo2["loss"], ppo2["value_loss"], ppo2["learning_rate"], ppo2["reward"]) == ("-1.0", "1.5", "4e-06", "-2.0")
+    assert (ppo2["loss"], ppo2["value_loss"], ppo2["learning_rate"], ppo2["reward"]) == (
+        "-1.0", "1.5", "4e-06", "-2.0"
+    )
     assert (ppo2["kl_per_completion"], ppo2["entropy_per_completion"]) == ("1.0", "80.0")
     assert (ppo2["kl_per_token"], ppo2["entropy_per_token"]) == ("", "")
     assert (ppo2["clip_ratio"], ppo2["completion_length"]) == ("0.5", "")
@@ -171,7 +175,8 @@ def test_runs_are_split_by_output_dir_and_labels_disambiguated(logs, tmp_path):
     "tag, column",
     [
         ("train/loss", "loss"), ("loss", "loss"), ("train/loss/policy_avg", "loss"),
-        ("train/loss/value_avg", "value_loss"), ("train/learning_rate", "learning_rate"), ("train/lr", "learning_rate"),
+        ("train/loss/value_avg", "value_loss"), ("train/learning_rate", "learning_rate"),
+        ("train/lr", "learning_rate"),
         ("train/reward", "reward"), ("train/objective/scores", "reward"), ("train/mean_reward", "reward"),
         ("train/kl", "kl_per_token"), ("objective/kl", "kl_per_completion"),
         ("train/completions/mean_length", "completion_length"), ("train/entropy", "entropy_per_token"),

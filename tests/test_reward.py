@@ -54,7 +54,8 @@ def test_reward_is_read_at_the_final_end_of_turn_token(tmp_path):
     assert ids[0, -1].item() == reward_tokenizer.eos_token_id
     with torch.inference_mode():
         per_token = model.score(model.model(input_ids=ids).last_hidden_state)[0, :, 0]
-    assert score_conversations(model, reward_tokenizer, [conversation])[0] == pytest.approx(per_token[-1].item(), abs=1e-5)
+    score = score_conversations(model, reward_tokenizer, [conversation])[0]
+    assert score == pytest.approx(per_token[-1].item(), abs=1e-5)
 
 
 @pytest.mark.parametrize("pairs, asked, held, note", [
