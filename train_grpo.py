@@ -106,7 +106,7 @@ def main(model_args, data_args, reward_args, training_args):
     )
     if training_args.eval_prompts:
         heldout.attach(trainer, lambda: trainer.model, tokenizer, held_out, reward_funcs, training_args.reward_weights,
-                       Sampling.temperature, Sampling.top_p, resumed=run.checkpoint is not None)
+                       Sampling.temperature, Sampling.top_p, run.checkpoint)
     run.train(trainer)
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.

@@ -107,7 +107,7 @@ def main(model_args, data_args, training_args):
 
         scorer = RewardModelScorer(trainer.reward_model, tokenizer, training_args.reward_model_name_or_path)
         heldout.attach(trainer, lambda: trainer.trained_policy, tokenizer, held_out, [scorer], None,
-                       Sampling.temperature, Sampling.top_p, resumed=resume_from is not None,
+                       Sampling.temperature, Sampling.top_p, resume_from,
                        aside=trainer.generating_aside)
     run.train(trainer, train=trainer.train)
 

@@ -107,6 +107,22 @@ def describe(step, metrics):
     return line
 
 
+def restore_evaluations(state, checkpoint):
+    """Put back the evaluations and the best checkpoint of the run so far from `checkpoint`'s trainer state, where
+    this launch's state lacks them (TRL's PPO trainer starts its state afresh; transformers' Trainer restores it)."""
+    try:
+        saved = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not any(key.startswith("eval/") for entry in state.log_history for key in entry):
+        earlier = [entry for entry in saved.get("log_history", []) if any(key.startswith("eval/") for key in entry)]
+        state.log_history[:0] = earlier
+    best = saved.get("best_model_checkpoint")
+    if state.best_metric is None and best and Path(best).is_dir():
+        state.best_metric, state.best_model_checkpoint = saved["best_metric"], best
+        state.best_global_step = saved.get("best_global_step")
+
+
 def say(line):
     """One console line, above the training progress bar rather than through it."""
     from tqdm.auto import tqdm
@@ -120,41 +136,43 @@ class HeldOutEvaluation(TrainerCallback):
     evaluated weights. On the main process only (the others go on to the next step and wait for it there)."""
 
     def __init__(self, trainer, policy, tokenizer, rows, row_numbers, reward_funcs, reward_weights, where,
-                 temperature, top_p, resumed=False, aside=contextlib.nullcontext):
+                 temperature, top_p, resumed_from=None, aside=contextlib.nullcontext):
         args = trainer.args
         self.trainer, self.policy, self.tokenizer, self.aside = trainer, policy, tokenizer, aside
         self.rows, self.row_numbers, self.where = rows, row_numbers, where
         self.funcs, self.weights = reward_funcs, reward_weights or [1.0] * len(reward_funcs)
         self.sampling = {"num_completions": args.eval_completions, "max_new_tokens": args.max_completion_length,
                          "temperature": temperature, "top_p": top_p, "seed": args.seed}
-        self.resumed = resumed
+        self.resumed_from = resumed_from  # the checkpoint this launch resumes from, if any
         self.baseline = None
-        self.seconds = []  # of each evaluation, for the cost in the run's figures
 
     # ---- When ----
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not is_main_process():
             return
-        self.baseline = self._cached_baseline(args.output_dir)
+        if self.resumed_from:
+            restore_evaluations(state, self.resumed_from)
+        self.baseline, seconds = self._cached_baseline(args.output_dir), 0.0
         if self.baseline is None:
-            if self.resumed:
+            if self.resumed_from:
                 say(f"note: held-out evaluation compares with the policy at step {state.global_step}, where this "
                     f"launch resumes: the starting policy's completions are not in {BASELINE_FILE}")
-            self.baseline = self._completions()
+            self.baseline, seconds = self._completions()
             self._save_baseline(args.output_dir)
         say(f"held-out evaluation: {len(self.rows)} prompts x {self.sampling['num_completions']} completions from "
             f"{self.where}, every {eval_interval(args.eval_steps, state.max_steps)} steps and at the end")
-        if not self.resumed:
-            self._log(args, state, heldout_metrics(self.baseline, self.baseline, args.seed))
+        if not self.resumed_from:
+            self._log(args, state, heldout_metrics(self.baseline, self.baseline, args.seed), seconds)
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
         due = step % eval_interval(args.eval_steps, state.max_steps) == 0 or step >= state.max_steps
         if not (due and is_main_process()):
             return
-        metrics = heldout_metrics(self._completions(), self.baseline, args.seed)
-        self._log(args, state, metrics)
+        completions, seconds = self._completions()
+        metrics = heldout_metrics(completions, self.baseline, args.seed)
+        self._log(args, state, metrics, seconds)
         name = best_metric_name(metrics)
         if control.should_save and (state.best_metric is None or metrics[name] > state.best_metric):
             # The checkpoint this step is about to save holds the weights just evaluated.
@@ -164,7 +182,8 @@ class HeldOutEvaluation(TrainerCallback):
     # ---- What ----
 
     def _completions(self):
-        """The policy's scored completions of the held-out prompts; training's random state is left as it was."""
+        """(The policy's scored completions of the held-out prompts, seconds taken); training's random state is left
+        as it was."""
         import torch
 
         start = time.perf_counter()
@@ -178,10 +197,9 @@ class HeldOutEvaluation(TrainerCallback):
                                    s["temperature"], s["top_p"], GENERATION_BATCH, s["seed"])
         policy.train(training)
         score(self.funcs, self.weights, self.rows, completions)
-        self.seconds.append(time.perf_counter() - start)
-        return completions
+        return completions, time.perf_counter() - start
 
-    def _log(self, args, state, metrics):
+    def _log(self, args, state, metrics, seconds):
         """Into `state.log_history` (with the step), the reporting integrations (TensorBoard: `eval/...`), and one
         console line."""
         from transformers.integrations import INTEGRATION_TO_CALLBACK
@@ -193,7 +211,7 @@ class HeldOutEvaluation(TrainerCallback):
         for callback in self.trainer.callback_handler.callbacks:
             if isinstance(callback, reporters):
                 callback.on_log(args, state, self.trainer.control, logs=dict(logs))
-        say(f"{describe(state.global_step, metrics)} ({self.seconds[-1]:.1f} s)")
+        say(f"{describe(state.global_step, metrics)}" + (f" ({seconds:.1f} s)" if seconds else ""))
 
     # ---- The starting policy's completions, kept for a resumed run ----
 
@@ -214,7 +232,7 @@ class HeldOutEvaluation(TrainerCallback):
         write_json(Path(output_dir) / BASELINE_FILE, {"record": self._record(), "completions": self.baseline})
 
 
-def attach(trainer, policy, tokenizer, held_out, reward_funcs, reward_weights, temperature, top_p, resumed,
+def attach(trainer, policy, tokenizer, held_out, reward_funcs, reward_weights, temperature, top_p, resumed_from,
            aside=contextlib.nullcontext):
     """Add a `HeldOutEvaluation` of `held_out` (from `held_out_rows`) to `trainer`; `policy()` returns the model that
     generates (unwrapped; with LoRA, its adapter active), within `aside()` (PPO: not recorded as a rollout). Refused
@@ -226,4 +244,4 @@ def attach(trainer, policy, tokenizer, held_out, reward_funcs, reward_weights, t
                         "across processes); drop it and evaluate the checkpoints with evaluate_generations.py")
     rows, row_numbers, where = held_out
     trainer.add_callback(HeldOutEvaluation(trainer, policy, tokenizer, rows, row_numbers, reward_funcs,
-                                           reward_weights, where, temperature, top_p, resumed, aside))
+                                           reward_weights, where, temperature, top_p, resumed_from, aside))

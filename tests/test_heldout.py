@@ -96,7 +96,11 @@ def eval_log(output_dir):
     """The `eval/` entries of the newest checkpoint's trainer state, and that state."""
     checkpoints = sorted(Path(output_dir).glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
     state = json.loads((checkpoints[-1] / "trainer_state.json").read_text())
-    return [entry for entry in state["log_history"] if any(key.startswith("eval/") for key in entry)], state
+    return evaluations_in(state), state
+
+
+def evaluations_in(state):
+    return [entry for entry in state["log_history"] if any(key.startswith("eval/") for key in entry)]
 
 
 def assert_logged_with_intervals(output_dir, name, steps):
@@ -176,6 +180,15 @@ def test_ppo_logs_the_held_out_win_rate_and_names_the_best_checkpoint(tiny_model
     assert (Path(state["best_model_checkpoint"]) / "trainer_state.json").exists()
     # The evaluation's completions are not counted as rollouts: one length per step, from the 2 prompts trained on.
     assert len(scalars(tmp_path / "run")["train/completions/mean_length"]) == 4
+    # Continued to 6 batches: the same starting policy's completions (cached), the evaluations and best so far kept.
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--total_episodes", "12", *EVAL))
+    assert_ok(result)
+    assert "compares with the policy at step" not in result.stdout
+    evaluations, resumed = eval_log(tmp_path / "run")
+    assert [entry["step"] for entry in evaluations] == [0, 1, 2, 3, 4, 5, 6]
+    assert evaluations[:5] == evaluations_in(state)
+    best = {entry["step"]: entry["eval/win_rate"] for entry in evaluations if entry["step"] in (2, 4, 6)}
+    assert resumed["best_metric"] == max(best.values()) and Path(resumed["best_model_checkpoint"]).is_dir()
 
 
 @pytest.mark.slow
