@@ -206,3 +206,21 @@ def test_the_verifier_accuracy_and_its_gain_on_held_out_math(tiny_models, tmp_pa
     _, state = eval_log(tmp_path / "run")
     assert state["best_metric"] == 0.0 and Path(state["best_model_checkpoint"]).name == "checkpoint-2"
     assert "accuracy 0.0% [0.0%, 0.0%], gain +0.0%" in result.stdout
+
+
+def test_a_run_resumes_with_the_held_out_evaluation_turned_on_or_changed(tmp_path):
+    from dataclasses import dataclass
+
+    from rlhf.run import prepare_output_dir, record_launch
+    from test_run import make_checkpoint
+
+    @dataclass
+    class Settings:
+        learning_rate: float = 1e-5
+        eval_prompts: int = 0
+        eval_steps: float | None = None
+
+    record_launch(tmp_path, "train_grpo.py", [Settings()])
+    checkpoint = make_checkpoint(tmp_path, 3)
+    launch = prepare_output_dir(tmp_path, [Settings(eval_prompts=8, eval_steps=5)])  # it measures, trains nothing
+    assert launch.checkpoint == checkpoint and launch.changes == {"eval_prompts": [0, 8], "eval_steps": [None, 5]}
