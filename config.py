@@ -315,6 +315,65 @@ class RunDefaults:
 
 
 @dataclass
+class HeldOutArguments:
+    """Held-out evaluation during training (GRPO, PPO): placed before TRL's config in the bases, like RunDefaults,
+    so that its `eval_steps` (transformers' field, unused here otherwise: these scripts train with eval_strategy no)
+    says what it means here."""
+
+    eval_prompts: int = field(
+        default=0,
+        metadata={
+            "help": "Held-out prompts evaluated every --eval_steps steps and at the end (0: off): win rate against "
+            "the starting policy under the reward, and with boxed_answer the verifier accuracy and its gain, each "
+            "with a 95%% bootstrap interval, logged under eval/ and naming the best checkpoint. Drawn (seeded) from "
+            "the rows after --max_samples, or from --eval_dataset_name: never a training prompt."
+        },
+    )
+    eval_completions: int = field(default=2, metadata={"help": "Completions sampled per held-out prompt."})
+    eval_dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the held-out prompts come from, all rows of it (a file, folder or Hub dataset; its "
+            "--dataset_test_split, a file's only split), e.g. data/math_test.jsonl. Default: the rows of "
+            "--dataset_name after the first --max_samples."
+        },
+    )
+    eval_steps: float | None = field(
+        default=None,
+        metadata={
+            "help": "With --eval_prompts: evaluate every N steps (GRPO: optimizer steps, PPO: batches), a divisor of "
+            "--save_steps so that every checkpoint holds evaluated weights. Default: --save_steps."
+        },
+    )
+
+    def __post_init__(self):
+        at_least(self, 0, "eval_prompts")
+        at_least(self, 1, "eval_completions")
+        if self.eval_prompts:
+            self._check_eval_steps()
+            if self.save_total_limit == 1:  # transformers keeps the best besides the newest, and at the end of
+                # training deletes every other checkpoint, the newest included, which a continued run needs.
+                change(self, "save_total_limit", 2, "the best checkpoint by the held-out metric is kept besides the "
+                       "newest, which resuming needs")
+        super().__post_init__()
+
+    def _check_eval_steps(self):
+        if self.eval_steps is None:
+            self.eval_steps = self.save_steps
+        elif self.eval_steps <= 0:
+            raise ValueError(f"--eval_steps must be > 0, got {self.eval_steps}.")
+        elif self.save_steps >= 1 and self.eval_steps >= 1:
+            if self.eval_steps != int(self.eval_steps) or self.save_steps % self.eval_steps:
+                raise ValueError(f"--eval_steps {self.eval_steps} does not divide --save_steps {self.save_steps}: "
+                                 "each checkpoint must hold evaluated weights to be named the best one; pass a "
+                                 "divisor of it (or drop --eval_steps: it then follows --save_steps).")
+        elif self.eval_steps != self.save_steps:
+            raise ValueError(f"--eval_steps {self.eval_steps} with --save_steps {self.save_steps}: give both in steps "
+                             "(>= 1), eval_steps a divisor of save_steps, or drop --eval_steps (it follows "
+                             "--save_steps).")
+
+
+@dataclass
 class EvalArguments(PromptFormat, Sampling, DatasetSource):
     """What evaluate_generations.py compares, on which prompts, and how it samples."""
 

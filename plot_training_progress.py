@@ -6,10 +6,12 @@ Usage:
     python plot_training_progress.py --log_dir ./grpo_run ./ppo_run --smoothing 0.6 --extra
     python plot_training_progress.py --log_dir ./grpo_run --output grpo.png --csv grpo.csv
 
-Each --log_dir is a run's output_dir; every event file under it (a resumed run has several) is merged into one
-run. Panels: loss, learning rate, mean reward, KL to the reference (--extra adds completion length, entropy and
-clip ratio). GRPO and PPO tag names are mapped onto these (see rlhf/metrics.py); KL and entropy, which GRPO logs
-per token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run and step.
+Each --log_dir is a run's output_dir; every event file under it (a resumed run has several) is merged into one run.
+Panels: loss, learning rate, mean reward, KL to the reference (--extra adds completion length, entropy and clip
+ratio), and where a run evaluated held-out prompts (--eval_prompts), the held-out win rate and accuracy with their
+95% intervals as bands. GRPO and PPO tag names are mapped onto these (see rlhf/metrics.py); KL and entropy, which
+GRPO logs per token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run and
+step.
 `python plot_training_progress.py --help` lists every flag.
 """
 
@@ -37,6 +39,11 @@ PANELS = {
     "entropy_per_token": ("Entropy, per token (GRPO)", "nats per token", "no entropy logged"),
     "entropy_per_completion": ("Entropy, per completion (PPO)", PER_COMPLETION, "no entropy logged"),
     "clip_ratio": ("Clip ratio", None, "no clip ratio logged"),
+    # Held-out evaluation (--eval_prompts): drawn wherever a run logged it, its 95% interval as a band.
+    "eval_win_rate": ("Held-out win rate vs the starting policy", "band: 95% interval", "no held-out evaluation"),
+    "eval_accuracy": ("Held-out verifier accuracy", "band: 95% interval", "no held-out accuracy"),
+    "eval_accuracy_gain": ("Held-out accuracy gain over the starting policy", "band: paired 95% interval",
+                           "no held-out accuracy"),
 }
 # PPO's score also carries the --missing_eos_penalty of completions cut off before EOS: said where both are drawn.
 TAG_NOTES = {"objective/scores": "incl. missing-EOS penalty"}
@@ -131,7 +138,7 @@ def panel_columns(runs, extra):
         if column in UNITS["kl"]:
             if column in kl_logged or (not kl_logged and column == UNITS["kl"][0]):
                 panels.append(column)
-        elif column in CORE_METRICS or (extra and column in logged):
+        elif column in CORE_METRICS or ((extra or column.startswith("eval_")) and column in logged):
             panels.append(column)
     return panels
 
@@ -190,8 +197,12 @@ def _panel(ax, column, runs, tags, colors, smoothing):
     for label, values in runs.items():
         if column in values:
             steps, points = list(values[column]), list(values[column].values())
-            style = {"marker": "o", "markersize": 4} if len(steps) == 1 else {}
-            if smoothing and column != "learning_rate":  # a schedule is not noisy: smoothing it only adds lag
+            held_out = column.startswith("eval_")  # a few evaluations: points, and their interval as a band
+            style = {"marker": "o", "markersize": 4} if len(steps) == 1 or held_out else {}
+            if held_out and f"{column}_low" in values and f"{column}_high" in values:
+                ax.fill_between(list(values[f"{column}_low"]), list(values[f"{column}_low"].values()),
+                                list(values[f"{column}_high"].values()), color=colors[label], alpha=0.15, gid=label)
+            elif smoothing and column != "learning_rate":  # a schedule is not noisy: smoothing it only adds lag
                 ax.plot(steps, points, color=colors[label], alpha=0.25, linewidth=1, **style)
                 points = ema(points, smoothing)
             ax.plot(steps, points, color=colors[label], linewidth=1.8, gid=label, **style)

@@ -16,7 +16,7 @@ it has nothing to do, and with a higher --max_steps (or --num_train_epochs) it c
 import functools
 import logging
 
-from config import ModelArguments, PromptDataArguments, RewardArguments
+from config import ModelArguments, PromptDataArguments, RewardArguments, Sampling
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.grpo_config import GRPOTrainingConfig
@@ -79,6 +79,10 @@ def main(model_args, data_args, reward_args, training_args):
     note = check_prompts_fill_batches(len(train_dataset), per_generation, flag, "generation")
     if note and is_main_process():
         print(note, flush=True)
+    if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
+        from rlhf import heldout
+
+        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_args.reward_funcs)
 
     ################
     # Rewards (user functions are imported before the reward model loads)
@@ -100,6 +104,9 @@ def main(model_args, data_args, reward_args, training_args):
         processing_class=tokenizer,
         peft_config=peft_config(model_args),
     )
+    if training_args.eval_prompts:
+        heldout.attach(trainer, lambda: trainer.model, tokenizer, held_out, reward_funcs, training_args.reward_weights,
+                       Sampling.temperature, Sampling.top_p, run.checkpoint)
     run.train(trainer)
 
     # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.

@@ -17,7 +17,7 @@ it has nothing to do, and with a higher --total_episodes (or --num_train_epochs)
 
 import logging
 
-from config import PromptDataArguments
+from config import PromptDataArguments, Sampling
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
 from rlhf.models import (
@@ -75,6 +75,10 @@ def main(model_args, data_args, training_args):
                                       "rollout")
     if note and is_main_process():
         print(note, flush=True)
+    if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
+        from rlhf import heldout
+
+        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, ["reward_model"])
 
     ################
     # Models (from the checkpoint when resuming)
@@ -98,6 +102,13 @@ def main(model_args, data_args, training_args):
     )
     if resume_from:
         trainer.resume(resume_from, load_adapter=model_args.use_peft)
+    if training_args.eval_prompts:  # scored by the frozen reward model that PPO trains against
+        from rlhf.reward import RewardModelScorer
+
+        scorer = RewardModelScorer(trainer.reward_model, tokenizer, training_args.reward_model_name_or_path)
+        heldout.attach(trainer, lambda: trainer.trained_policy, tokenizer, held_out, [scorer], None,
+                       Sampling.temperature, Sampling.top_p, resume_from,
+                       aside=trainer.generating_aside)
     run.train(trainer, train=trainer.train)
 
     run.save(trainer, tokenizer)  # the policy (the adapter with LoRA)

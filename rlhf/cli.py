@@ -36,6 +36,7 @@ HELP_GROUPS = {
     "Optimization": ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps",
                      "total_episodes", "beta", "epsilon", "num_ppo_epochs", "kl_coef", "target_kl", "kl_horizon",
                      "gamma", "lam", "cliprange", "bf16", "tf32", "gradient_checkpointing", "seed"),
+    "Held-out evaluation": ("eval_prompts", "eval_steps", "eval_completions", "eval_dataset_name"),
     "Output": ("output_dir", "output_file", "log_dir", "output", "csv", "smoothing", "extra", "logging_steps",
                "save_steps", "save_total_limit", "report_to", "resume_from_checkpoint"),
 }

@@ -6,13 +6,13 @@ finds the class here, as rlhf.grpo_config.GRPOTrainingConfig.
 
 from dataclasses import dataclass, field
 
-from config import GPU_PROMPTS_PER_GENERATION, RunDefaults, at_least, change, check_sampling
+from config import GPU_PROMPTS_PER_GENERATION, HeldOutArguments, RunDefaults, at_least, change, check_sampling
 from rlhf.processes import launched_processes, on_gpu
 from rlhf.trl_compat import GRPOConfig
 
 
 @dataclass
-class GRPOTrainingConfig(RunDefaults, GRPOConfig):
+class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
     """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step` and `prompts_per_generation`.
 
     Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many

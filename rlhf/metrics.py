@@ -1,7 +1,8 @@
 """Training metrics read back from TensorBoard event files, under one set of names for GRPO, PPO and reward runs.
 
 TRL's trainers log the same quantities under different tags (GRPO `loss`, PPO `loss/policy_avg`); `COLUMNS` maps
-them onto common columns. KL and entropy keep a column per unit: GRPO logs them per token, PPO per completion.
+them onto common columns, and the held-out evaluation's `eval/` scalars onto `eval_*` columns. KL and entropy keep a
+column per unit: GRPO logs them per token, PPO per completion.
 Event files are read with TensorBoard's own `EventAccumulator`.
 """
 
@@ -26,6 +27,9 @@ COLUMNS = {
     "entropy_per_completion": ("objective/entropy",),
     "clip_ratio": ("clip_ratio/region_mean", "policy/clipfrac_avg"),
     "value_loss": ("loss/value_avg",),
+    # Held-out evaluation during training (rlhf/heldout.py), each with its 95% interval.
+    **{f"eval_{name}{end}": (f"eval/{name}{end}",) for name in ("win_rate", "accuracy", "accuracy_gain")
+       for end in ("", "_low", "_high")},
 }
 # A quantity logged in two units -> its columns.
 UNITS = {"kl": ("kl_per_token", "kl_per_completion"), "entropy": ("entropy_per_token", "entropy_per_completion")}

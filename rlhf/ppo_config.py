@@ -4,7 +4,15 @@ KL, the value model's source and `prompts_per_rollout`; `PPOModelArguments`: the
 
 from dataclasses import dataclass, field
 
-from config import GPU_PROMPTS_PER_GENERATION, ModelArguments, RewardModelArguments, RunDefaults, at_least, change
+from config import (
+    GPU_PROMPTS_PER_GENERATION,
+    HeldOutArguments,
+    ModelArguments,
+    RewardModelArguments,
+    RunDefaults,
+    at_least,
+    change,
+)
 from rlhf.processes import launched_processes, on_gpu
 from rlhf.trl_compat import PPOConfig
 
@@ -19,7 +27,7 @@ class PPOModelArguments(ModelArguments):
 
 
 @dataclass
-class PPOTrainingConfig(RewardModelArguments, RunDefaults, PPOConfig):
+class PPOTrainingConfig(RewardModelArguments, HeldOutArguments, RunDefaults, PPOConfig):
     """TRL's `PPOConfig` with this package's defaults.
 
     A rollout (TRL's batch, one logged step) generates `prompts_per_rollout` completions, one per prompt, then runs

@@ -69,6 +69,7 @@ MAY_CHANGE = (
     "log_level_replica", "log_completions", "num_completions_to_print", "num_sample_generations",
     "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
     "bf16", "tf32", "use_cpu", "local_rank",
+    "eval_prompts", "eval_completions", "eval_dataset_name", "eval_steps",  # held-out evaluation: measures only
 )
 
 

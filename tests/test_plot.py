@@ -183,6 +183,7 @@ def test_runs_are_split_by_output_dir_and_labels_disambiguated(logs, tmp_path):
         ("train/objective/entropy", "entropy_per_completion"),
         ("train/clip_ratio/region_mean", "clip_ratio"), ("train/policy/clipfrac_avg", "clip_ratio"),
         ("train/grad_norm", None), ("eval/loss", None), ("train/train_loss", None),
+        ("eval/win_rate", "eval_win_rate"), ("eval/accuracy_gain_low", "eval_accuracy_gain_low"),
         ("train/objective/rlhf_reward", None),
     ],
 )
@@ -215,3 +216,28 @@ def test_a_users_file_at_csv_is_kept_and_an_earlier_table_replaced(logs, tmp_pat
     for _ in range(2):  # the second run replaces the first one's table
         main(PlotArguments(log_dir=[str(logs / "grpo")], output=str(tmp_path / "p.png"), csv=str(table)))
     assert len(read_csv(table)) == len(STEPS)
+
+
+def test_the_held_out_evaluation_is_drawn_with_its_interval_as_a_band(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from plot_training_progress import figure, panel_columns
+    from rlhf.metrics import event_files, read_run, write_csv
+
+    evaluated = {"eval/win_rate": {0: 0.5, 2: 0.625}, "eval/win_rate_low": {0: 0.5, 2: 0.375},
+                 "eval/win_rate_high": {0: 0.5, 2: 0.875}}
+    write_events(tmp_path / "run" / "runs" / "Jan01_host", {**grpo_scalars(), **evaluated})
+    values, tags = read_run(event_files(tmp_path / "run"))
+    assert values["eval_win_rate"] == {0: 0.5, 2: 0.625} and values["eval_win_rate_high"] == {0: 0.5, 2: 0.875}
+    panels = panel_columns({"run": values}, extra=False)  # drawn without --extra: it was asked for
+    assert panels == ["loss", "learning_rate", "reward", "kl_per_token", "eval_win_rate"]
+    fig = figure({"run": values}, {"run": tags}, 0.0, panels)
+    ax = next(ax for ax in fig.axes if ax.get_title(loc="left") == "Held-out win rate vs the starting policy")
+    assert [band.get_gid() for band in ax.collections] == ["run"]
+    assert [line.get_gid() for line in ax.get_lines()] == ["run"]
+    plt.close(fig)
+    columns = write_csv(tmp_path / "metrics.csv", {"run": values})
+    assert columns[-3:] == ["eval_win_rate", "eval_win_rate_low", "eval_win_rate_high"]
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert (rows[0]["step"], rows[0]["eval_win_rate"], rows[0]["loss"]) == ("0", "0.5", "")
+    assert (rows[2]["eval_win_rate_low"], rows[2]["eval_win_rate_high"]) == ("0.375", "0.875")

@@ -29,7 +29,17 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     for stage in ("reward_model", "grpo", "ppo"):
         assert not list((out / stage).glob("checkpoint-*")), stage
         assert (out / stage / "model.safetensors").exists() and (out / stage / "run_manifest.json").exists()
-    assert result.stdout.count("finished: deleted its checkpoints (checkpoint-4, ") == 3
+    # GRPO and PPO also kept their best checkpoint by the held-out evaluation (--save_total_limit 1 -> 2).
+    assert result.stdout.count("finished: deleted its checkpoints (") == 3
+    assert "reward model finished: deleted its checkpoints (checkpoint-4, " in result.stdout
+    # The held-out evaluation during training, at step 0 and each checkpoint: in the summary, one line per stage.
+    for stage in ("grpo", "ppo"):
+        curve = summary["held_out"][stage]
+        assert curve["metric"] == "win rate" and [point[0] for point in curve["points"]] == [0, 2, 4]
+        assert curve["points"][0] == [0, 0.5, 0.5, 0.5] and all(low <= value <= high
+                                                                for _, value, low, high in curve["points"])
+        assert f"{stage} held-out win rate during training: 0 -> 0.50 [0.50, 0.50], 2 -> " in result.stdout
+        assert isinstance(summary["health"][stage], list)
     # GRPO samples from the distribution its loss uses (top_p 1.0, in the config TRL got); evaluation with top_p 0.9.
     assert json.loads((out / "grpo" / "run_manifest.json").read_text())["config"]["GRPOTrainingConfig"]["top_p"] == 1
     assert json.loads((out / "evaluation.json").read_text())["config"]["top_p"] == 0.9
@@ -51,6 +61,8 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     assert (summary["task"], summary["seed"]) == ("math", 3)
     base = summary["models"][next(iter(summary["models"]))]
     assert {"format_rate", "verifier_accuracy", "verifier_accuracy_ci_low", "verifier_accuracy_ci_high"} <= set(base)
+    assert summary["held_out"]["grpo"]["metric"] == "accuracy"  # on held-out problems of data/math_test.jsonl
+    assert "grpo held-out accuracy during training: 0 -> 0.00 [0.00, 0.00]" in result.stdout
     (comparison,) = summary["comparison"]
     assert comparison["accuracy_delta_ci_low"] <= comparison["accuracy_delta"] <= comparison["accuracy_delta_ci_high"]
     manifest = json.loads((out / "grpo" / "run_manifest.json").read_text())
@@ -127,3 +139,16 @@ def test_an_output_dir_that_is_a_file_is_one_line_and_kept(tmp_path, run_cli):
     notes.write_text("mine\n")
     line = error_line(run_cli("quickstart.py", "--tiny", "--output_dir", notes))
     assert f"--output_dir {notes} is a file, not a folder" in line and notes.read_text() == "mine\n"
+
+
+def test_the_summary_reads_health_alarms_from_the_run_report_and_tolerates_none(tmp_path):
+    from quickstart import health_alarms, held_out_curve
+
+    assert health_alarms(tmp_path) == [] and held_out_curve(tmp_path) is None  # no report, no event files
+    (tmp_path / "run_report.json").write_text(json.dumps({"health": [
+        {"metric": "completions/clipped_ratio", "value": 0.97, "threshold": 0.5, "step": 3,
+         "advice": "raise --max_completion_length"}]}))
+    assert health_alarms(tmp_path) == [
+        "completions/clipped_ratio = 0.97 at step 3 (threshold 0.5): raise --max_completion_length"]
+    (tmp_path / "run_report.json").write_text("{not json")
+    assert health_alarms(tmp_path) == []

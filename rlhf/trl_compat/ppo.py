@@ -9,6 +9,7 @@ a docstring; `tests/test_trl_compat.py` checks each by what a tiny trainer does.
 Hooks a subclass overrides (each does nothing here):
 - `record_completions(completions, stop_token_id)`: each batch of completions generated for training;
 - `save_extra_checkpoint_files(checkpoint)`: files that must be in a checkpoint before it counts as complete.
+- `generating_aside()`: a context in which the policy generates without `record_completions` (an evaluation).
 
 What a subclass calls or reads:
 - `kl_coef`: the KL coefficient of the next batch (can be set);
@@ -17,6 +18,7 @@ What a subclass calls or reads:
   the prompts it stopped in, drawn in the same order (each checkpoint holds the random state the pass was drawn from).
 """
 
+import contextlib
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -68,9 +70,16 @@ class PPOTrainerHooks(PatchedPPOTrainer):
         """
 
     def generate_completions(self, sampling=False):
-        self._recording = False  # TRL's sample table, drawn between batches: not completions trained on
-        try:
+        with self.generating_aside():  # TRL's sample table, drawn between batches: not completions trained on
             super().generate_completions(sampling)
+
+    @contextlib.contextmanager
+    def generating_aside(self):
+        """Within it, what the policy generates is not trained on, and not passed to `record_completions` (an
+        evaluation, a sample table)."""
+        self._recording = False
+        try:
+            yield
         finally:
             self._recording = True
 
