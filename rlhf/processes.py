@@ -63,3 +63,12 @@ def on_gpu(use_cpu=False):
     same answer from the same inputs, which is also the device the Trainer picks on a CUDA machine.
     """
     return cuda_available() and not use_cpu
+
+
+def launched_engine():
+    """The engine `accelerate launch` asked for ("DEEPSPEED", "FSDP"), None for DDP or one process: its launcher's
+    environment says, before accelerate is set up (the training arguments check it against what accelerate did)."""
+    for engine in ("DEEPSPEED", "FSDP"):
+        if os.environ.get(f"ACCELERATE_USE_{engine}", "false").lower() == "true":
+            return engine
+    return None

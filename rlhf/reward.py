@@ -200,8 +200,12 @@ def check_finite(values, source, step):
 
 
 def reward_model_scorer(path, dtype, trust_remote_code, device, batch_size=16):
-    """Load the frozen reward model onto `device` and wrap it as a reward function (a `RewardModelScorer`)."""
-    model, tokenizer = load_reward_model(path, dtype, trust_remote_code)
+    """Load the frozen reward model onto `device` and wrap it as a reward function (a `RewardModelScorer`). It loads
+    whole in each process (`loading_whole`): under ZeRO-3 no DeepSpeed engine wraps it."""
+    from rlhf.trl_compat import loading_whole
+
+    with loading_whole():
+        model, tokenizer = load_reward_model(path, dtype, trust_remote_code)
     return RewardModelScorer(model.to(device), tokenizer, path, batch_size)
 
 
