@@ -72,3 +72,10 @@ def launched_engine():
         if os.environ.get(f"ACCELERATE_USE_{engine}", "false").lower() == "true":
             return engine
     return None
+
+
+def launched_zero_stage():
+    """DeepSpeed's ZeRO stage that `accelerate launch` asked for (0 without DeepSpeed)."""
+    if launched_engine() != "DEEPSPEED":
+        return 0
+    return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0"))

@@ -255,4 +255,11 @@ def save_reward_model(trainer, model_args, tokenizer, output_dir, trust_remote_c
             model.save_pretrained(output_dir)
             trainer.create_model_card(model_name=Path(output_dir).name)
         tokenizer.save_pretrained(output_dir)
+        if any(hasattr(parameter, "ds_id") for parameter in model.parameters()):
+            # ZeRO-3 keeps a shard of each weight per process: the held-out scoring (main process only) reads the
+            # whole model just saved
+            from rlhf.trl_compat import loading_whole
+
+            with loading_whole():
+                model = load_sequence_classifier(output_dir, model_args.dtype, trust_remote_code)
     return model

@@ -326,7 +326,8 @@ def _accelerate_config_of_cpu_launch():
         command = psutil.Process().parent().cmdline()
     except (psutil.Error, AttributeError):
         return None, None
-    if "launch" not in command or "--config_file" not in command[:-1]:
+    launcher = any(part == "launch" or part.endswith("accelerate.commands.launch") for part in command)
+    if not launcher or "--config_file" not in command[:-1]:
         return None, None
     path = command[command.index("--config_file") + 1]
     try:

@@ -138,8 +138,10 @@ def loading_whole():
     With ZeRO-3's `zero3_init_flag` (configs/accelerate/deepspeed_zero3.yaml), transformers' `from_pretrained`
     partitions every model as it loads (`deepspeed.zero.Init` while `transformers.integrations.deepspeed.
     is_deepspeed_zero3_enabled()`), which only a DeepSpeed engine can run. A frozen model that no engine wraps (GRPO's
-    reward model scorer, `rlhf.reward.reward_model_scorer`) then fails at its first forward: `RuntimeError: 'weight'
-    must be 2-D`. Inside this block, transformers' DeepSpeed config is unset.
+    reward model scorer, `rlhf.reward.reward_model_scorer`) then fails at its first forward (`RuntimeError: 'weight'
+    must be 2-D`), and an empty one on the meta device (`rlhf.models.check_lora_targets`) as it is built
+    (`NotImplementedError: Cannot copy out of meta tensor`). Inside this block, transformers' DeepSpeed config is
+    unset.
     """
     from transformers.integrations import deepspeed
 
