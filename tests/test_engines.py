@@ -102,12 +102,12 @@ def test_fsdp_on_cpu_processes_is_refused_rather_than_run_as_ddp(tiny_models, tm
 def test_accelerate_launch_cpu_with_an_engine_config_is_refused(tiny_models, tmp_path):
     result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, tmp_path / "cpu", "--max_steps", "1"),
                     cpu=True)
-    assert "started one process without its DEEPSPEED" in error_line(result)
+    assert "started one process without its DEEPSPEED" in error_line(_first_worker(result))
 
 
 def _first_worker(result):
-    """A launch whose workers each stopped with a user error: the launcher's own exit status and traceback are
-    torchrun's; the workers' `error:` lines (one per process) stand for one."""
+    """A launch whose processes each stopped with a user error: the launcher adds its own exit status and
+    traceback; the processes' `error:` lines (one per process) stand for one."""
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert lines and len(set(lines)) == 1, result.stderr[-3000:]
     return subprocess.CompletedProcess(result.args, 2, result.stdout, lines[0] + "\n")
