@@ -16,11 +16,13 @@ import torch
 
 from conftest import ROOT, assert_ok, error_line, grpo_args, ppo_args
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                       reason="deepspeed is not installed (pip install -r requirements-deepspeed.txt)"),
-]
+NEEDS_DEEPSPEED = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason="deepspeed is not installed (pip install -r requirements-deepspeed.txt)")
+
+
+def launched(test):
+    """A launch: slow, and skipped only where deepspeed is not installed (CI installs it: requirements-test.txt)."""
+    return pytest.mark.slow(NEEDS_DEEPSPEED(test))
 
 
 def launch(config, script, *args, cpu=False):
@@ -42,6 +44,7 @@ def engine(output_dir):
     return json.loads((output_dir / "run_manifest.json").read_text())["resolved"]["engine"]
 
 
+@launched
 def test_grpo_under_zero2_says_so_saves_a_loadable_model_and_continues(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -60,6 +63,7 @@ def test_grpo_under_zero2_says_so_saves_a_loadable_model_and_continues(tiny_mode
     assert run["global_step"] == 4 and run["launches"][-1]["resumed_from"] == str(out / "checkpoint-2")
 
 
+@launched
 def test_ppo_under_zero3_shards_the_parameters_and_saves_the_trained_policy(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -76,6 +80,7 @@ def test_ppo_under_zero3_shards_the_parameters_and_saves_the_trained_policy(tiny
     assert any(not torch.equal(start[name], final[name]) for name in start)
 
 
+@launched
 def test_reward_model_under_zero3_saves_a_loadable_model_and_scores_the_held_out_pairs(tiny_models, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
@@ -87,18 +92,21 @@ def test_reward_model_under_zero3_saves_a_loadable_model_and_scores_the_held_out
     assert json.loads((out / "reward_accuracy.json").read_text())["num_pairs"] == 8
 
 
+@launched
 def test_a_lora_reward_model_under_zero3_is_refused(tiny_models, tmp_path):
     result = launch("deepspeed_zero3", "train_reward_model.py", *reward_args(tiny_models, tmp_path / "rm"),
                     "--use_peft")
     assert "use deepspeed_zero2.yaml or multi_gpu.yaml" in error_line(_first_worker(result))
 
 
+@launched
 def test_fsdp_on_cpu_processes_is_refused_rather_than_run_as_ddp(tiny_models, tmp_path):
     result = launch("fsdp", "train_grpo.py", *grpo_args(tiny_models, tmp_path / "fsdp", "--max_steps", "1"))
     assert "fsdp.yaml (FSDP) needs CUDA GPUs" in error_line(_first_worker(result))
     assert not (tmp_path / "fsdp").exists()
 
 
+@launched
 def test_accelerate_launch_cpu_with_an_engine_config_is_refused(tiny_models, tmp_path):
     result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, tmp_path / "cpu", "--max_steps", "1"),
                     cpu=True)
@@ -111,3 +119,27 @@ def _first_worker(result):
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert lines and len(set(lines)) == 1, result.stderr[-3000:]
     return subprocess.CompletedProcess(result.args, 2, result.stdout, lines[0] + "\n")
+
+
+def test_the_engine_asked_for_is_read_from_accelerates_launcher(monkeypatch):
+    from rlhf import processes
+
+    for name in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "ACCELERATE_DEEPSPEED_ZERO_STAGE"):
+        monkeypatch.delenv(name, raising=False)
+    assert (processes.launched_engine(), processes.launched_zero_stage()) == (None, 0)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    assert (processes.launched_engine(), processes.launched_zero_stage()) == ("DEEPSPEED", 3)
+
+
+def test_fsdp_without_a_gpu_is_refused_before_anything_loads(monkeypatch):
+    from rlhf import processes
+    from rlhf.errors import UserError
+    from rlhf.run import check_engine_launch
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setattr(processes, "cuda_available", lambda: False)
+    with pytest.raises(UserError, match="fsdp.yaml .FSDP. needs CUDA GPUs"):
+        check_engine_launch()
+    monkeypatch.setattr(processes, "cuda_available", lambda: True)
+    check_engine_launch()
