@@ -14,6 +14,7 @@ from trl import ModelConfig, ScriptArguments
 from rlhf import processes
 from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf.processes import launched_processes
+from rlhf.run import check_engine_launch
 
 # Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
 # from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (README: Performance).
@@ -273,11 +274,18 @@ class RunDefaults:
     EVAL_DATASET = False
 
     def __post_init__(self):
+        check_engine_launch()
         if launched_processes() > 1 and not self.use_cpu and not processes.cuda_available():
-            # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without use_cpu,
-            # transformers starts no process group and every process would train alone on all the data.
-            change(self, "use_cpu", True, "several processes and no GPU: each trains its share on the CPU",
-                   always=True)
+            if processes.launched_engine() == "DEEPSPEED":
+                # DeepSpeed on CPU processes (DS_ACCELERATOR=cpu): accelerate keeps DeepSpeed off its CPU path
+                # (use_cpu would train as plain DDP), and its other path finds no backend without a GPU unless told.
+                if self.ddp_backend is None:
+                    change(self, "ddp_backend", "gloo", "DeepSpeed on CPU processes: they talk over gloo", always=True)
+            else:
+                # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without
+                # use_cpu, transformers starts no process group and every process would train alone on all the data.
+                change(self, "use_cpu", True, "several processes and no GPU: each trains its share on the CPU",
+                       always=True)
         if self.tf32 is None:
             self.tf32 = _cuda_supports_tf32() and not self.use_cpu
         if not processes.cuda_available() and self.dataloader_pin_memory:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlhf.data import did_you_mean_path, looks_like_local_path
 from rlhf.errors import UserError, first_line
-from rlhf.processes import cuda_available, main_process_first
+from rlhf.processes import cuda_available, launched_zero_stage, main_process_first
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # the attention projections of Llama-like models
@@ -286,6 +286,10 @@ def check_lora_targets(model_args, config, task_type="CAUSAL_LM", trust_remote_c
     if model_args.lora_task_type not in ("CAUSAL_LM", task_type):  # CAUSAL_LM: TRL's default
         raise UserError(f"--lora_task_type {model_args.lora_task_type} does not fit this script, which trains a "
                         f"{task_type} model; drop the flag")
+    if model_args.use_peft and task_type == "SEQ_CLS" and launched_zero_stage() == 3:
+        raise UserError("--use_peft for the reward model under DeepSpeed ZeRO-3 (configs/accelerate/deepspeed_zero3"
+                        ".yaml) is not supported: its adapter is merged into weights that ZeRO-3 keeps sharded; use "
+                        "deepspeed_zero2.yaml or multi_gpu.yaml, or train it without --use_peft")
     targets = lora_targets(model_args.lora_target_modules)
     if not model_args.use_peft or config is None or targets == "all-linear":
         return
@@ -293,8 +297,10 @@ def check_lora_targets(model_args, config, task_type="CAUSAL_LM", trust_remote_c
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
+    from rlhf.trl_compat import loading_whole
+
     auto = AutoModelForSequenceClassification if task_type == "SEQ_CLS" else AutoModelForCausalLM
-    with init_empty_weights():
+    with init_empty_weights(), loading_whole():  # under ZeRO-3, DeepSpeed would partition the empty weights
         model = auto.from_config(config, trust_remote_code=trust_remote_code)
     names = [name for name, _ in model.named_modules()]
     missing = [t for t in targets if not any(name == t or name.endswith("." + t) for name in names)]

@@ -63,3 +63,19 @@ def on_gpu(use_cpu=False):
     same answer from the same inputs, which is also the device the Trainer picks on a CUDA machine.
     """
     return cuda_available() and not use_cpu
+
+
+def launched_engine():
+    """The engine `accelerate launch` asked for ("DEEPSPEED", "FSDP"), None for DDP or one process: its launcher's
+    environment says, before accelerate is set up (the training arguments check it against what accelerate did)."""
+    for engine in ("DEEPSPEED", "FSDP"):
+        if os.environ.get(f"ACCELERATE_USE_{engine}", "false").lower() == "true":
+            return engine
+    return None
+
+
+def launched_zero_stage():
+    """DeepSpeed's ZeRO stage that `accelerate launch` asked for (0 without DeepSpeed)."""
+    if launched_engine() != "DEEPSPEED":
+        return 0
+    return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0"))

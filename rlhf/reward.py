@@ -201,8 +201,12 @@ def check_finite(values, source, step):
 
 
 def reward_model_scorer(path, dtype, trust_remote_code, device, batch_size=16):
-    """Load the frozen reward model onto `device` and wrap it as a reward function (a `RewardModelScorer`)."""
-    model, tokenizer = load_reward_model(path, dtype, trust_remote_code)
+    """Load the frozen reward model onto `device` and wrap it as a reward function (a `RewardModelScorer`). It loads
+    whole in each process (`loading_whole`): under ZeRO-3 no DeepSpeed engine wraps it."""
+    from rlhf.trl_compat import loading_whole
+
+    with loading_whole():
+        model, tokenizer = load_reward_model(path, dtype, trust_remote_code)
     return RewardModelScorer(model.to(device), tokenizer, path, batch_size)
 
 
@@ -252,4 +256,11 @@ def save_reward_model(trainer, model_args, tokenizer, output_dir, trust_remote_c
             model.save_pretrained(output_dir)
             trainer.create_model_card(model_name=Path(output_dir).name)
         tokenizer.save_pretrained(output_dir)
+        if any(hasattr(parameter, "ds_id") for parameter in model.parameters()):
+            # ZeRO-3 keeps a shard of each weight per process: the held-out scoring (main process only) reads the
+            # whole model just saved
+            from rlhf.trl_compat import loading_whole
+
+            with loading_whole():
+                model = load_sequence_classifier(output_dir, model_args.dtype, trust_remote_code)
     return model

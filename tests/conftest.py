@@ -23,8 +23,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # the long tests start at once and the short ones fill in around them, instead of one long test running alone at
 # the end while the other workers wait.
 LONGEST_FIRST = ("test_e2e_smollm2.py", "test_cli_flows.py", "test_quickstart.py", "test_bench.py",
-                 "test_distributed.py", "test_cli_ppo.py", "test_interruption.py", "test_cli_grpo.py",
-                 "test_cli_reward.py", "test_heldout.py", "test_cli_output_dir.py", "test_guard.py",
+                 "test_distributed.py", "test_engines.py", "test_cli_ppo.py", "test_interruption.py",
+                 "test_cli_grpo.py", "test_cli_reward.py", "test_heldout.py", "test_cli_output_dir.py",
+                 "test_guard.py",
                  "test_cli_reward_funcs.py")
 
 

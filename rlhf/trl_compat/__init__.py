@@ -24,6 +24,7 @@ places for what `rlhf/ppo.py` adds: files in a checkpoint, resume, the completio
 without it.
 """
 
+import contextlib
 import importlib
 import os
 import warnings
@@ -128,3 +129,25 @@ class ScheduleFromResumedStep(TrainerCallback):
         if isinstance(lr_scheduler, LambdaLR) and lr_scheduler.last_epoch > 0:  # restored from a checkpoint
             lr_scheduler.last_epoch -= 1
             lr_scheduler.step()  # sets the optimizer's rate to the schedule's at last_epoch
+
+
+@contextlib.contextmanager
+def loading_whole():
+    """Models loaded inside load whole in each process, also under DeepSpeed ZeRO-3.
+
+    With ZeRO-3's `zero3_init_flag` (configs/accelerate/deepspeed_zero3.yaml), transformers' `from_pretrained`
+    partitions every model as it loads (`deepspeed.zero.Init` while `transformers.integrations.deepspeed.
+    is_deepspeed_zero3_enabled()`), which only a DeepSpeed engine can run. A frozen model that no engine wraps (GRPO's
+    reward model scorer, `rlhf.reward.reward_model_scorer`) then fails at its first forward (`RuntimeError: 'weight'
+    must be 2-D`), and an empty one on the meta device (`rlhf.models.check_lora_targets`) as it is built
+    (`NotImplementedError: Cannot copy out of meta tensor`). Inside this block, transformers' DeepSpeed config is
+    unset.
+    """
+    from transformers.integrations import deepspeed
+
+    kept = deepspeed._hf_deepspeed_config_weak_ref
+    deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        deepspeed._hf_deepspeed_config_weak_ref = kept

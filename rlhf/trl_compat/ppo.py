@@ -129,7 +129,13 @@ class PPOTrainerHooks(PatchedPPOTrainer):
             # to its parameters' device.
             return torch.load(checkpoint / name, map_location="cpu", weights_only=True)
 
-        self.optimizer.load_state_dict(load(OPTIMIZER_NAME))
+        if getattr(self, "is_deepspeed_enabled", False):
+            # DeepSpeed keeps the optimizer state in its own checkpoint (global_step*/), one shard per process
+            from transformers.integrations.deepspeed import deepspeed_load_checkpoint
+
+            deepspeed_load_checkpoint(self.model, str(checkpoint))
+        else:
+            self.optimizer.load_state_dict(load(OPTIMIZER_NAME))
         self.lr_scheduler.load_state_dict(load(SCHEDULER_NAME))
         self._load_rng_state(str(checkpoint))  # this process's own file in a multi-process run
         if (checkpoint / DATA_ORDER_FILE).exists():  # not in checkpoints of earlier versions of this package

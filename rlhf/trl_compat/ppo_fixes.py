@@ -1,10 +1,11 @@
-"""Three bugs of TRL 1.12's PPO trainer (`trl/experimental/ppo/ppo_trainer.py`, `PPOTrainer`), each fixed by one class.
+"""Four bugs of TRL 1.12's PPO trainer (`trl/experimental/ppo/ppo_trainer.py`, `PPOTrainer`), each fixed by one class.
 
-`PatchedPPOTrainer` is TRL's trainer with all three; each fix is a mixin named for what it fixes, so that a test can
+`PatchedPPOTrainer` is TRL's trainer with all four; each fix is a mixin named for what it fixes, so that a test can
 build the trainer without one and see TRL's own behaviour (`tests/test_trl_compat.py`):
 - `OneOptimizerStepPerMiniBatch`: gradient accumulation over a rollout's mini-batches;
 - `SavePolicyUnderDDP`: checkpoints and the final model of a multi-process run;
-- `LoraReferenceUnderDDP`: the reference forward (the policy, adapter off) of a multi-process LoRA run.
+- `LoraReferenceUnderDDP`: the reference forward (the policy, adapter off) of a multi-process LoRA run;
+- `SavePolicyUnderDeepSpeed`: checkpoints and the final model under DeepSpeed ZeRO-2/3.
 TRL 1.13 removed PPO (huggingface/trl#7020): none of this is ever fixed upstream. See CONTRIBUTING.md.
 """
 
@@ -33,11 +34,16 @@ class OneOptimizerStepPerMiniBatch:
       the prompts is trained on while accelerate's `end_of_dataloader` is set, and accelerate (its default
       `sync_with_dataloader`) then steps at every micro-batch: with gradient accumulation, that rollout takes
       `gradient_accumulation_steps` times the optimizer steps of the others.
+    - under DeepSpeed the engine takes its accumulation count from that accelerator at `prepare()`
+      (`gradient_accumulation_steps x num_mini_batches` with the first fix alone) and scales each micro-batch's loss
+      by its inverse, while accelerate steps every `gradient_accumulation_steps`: gradients `num_mini_batches` times
+      too small, so `max_grad_norm` clips `num_mini_batches` times looser (measured: ZeRO-2, 2 mini-batches, the
+      engine's count 2 where 1 is right).
     Observable: the optimizer steps per rollout; expected `num_ppo_epochs x num_mini_batches`.
 
     Fix: the rollout is sized with the accumulation counted once per mini-batch (`gradient_accumulation_steps x
-    num_mini_batches` while TRL's `__init__` sizes the batches), accelerate accumulates over one mini-batch, and
-    does not sync at the end of the dataloader.
+    num_mini_batches` while TRL's `__init__` sizes the batches), accelerate accumulates over one mini-batch (and so
+    does a DeepSpeed engine: `set_train_batch_size`), and does not sync at the end of the dataloader.
     """
 
     def __init__(self, *args, **kwargs):
@@ -50,6 +56,11 @@ class OneOptimizerStepPerMiniBatch:
             config.gradient_accumulation_steps = accumulation  # train() sizes its per-micro-batch statistics by it
         self.accelerator.gradient_accumulation_steps = accumulation
         self.accelerator.gradient_state.plugin_kwargs["sync_with_dataloader"] = False
+        if getattr(self, "is_deepspeed_enabled", False):
+            # DeepSpeed scales the loss by its own accumulation count, taken from the accelerator at prepare()
+            engine = self.model
+            engine.set_train_batch_size(
+                engine.train_micro_batch_size_per_gpu() * accumulation * self.accelerator.num_processes)
 
 
 class SavePolicyUnderDDP:
@@ -114,5 +125,29 @@ class LoraReferenceUnderDDP:
         return super().train()
 
 
-class PatchedPPOTrainer(OneOptimizerStepPerMiniBatch, SavePolicyUnderDDP, LoraReferenceUnderDDP, PPOTrainer):
-    """TRL 1.12's `PPOTrainer` with the three fixes above."""
+class SavePolicyUnderDeepSpeed:
+    """Under DeepSpeed, checkpoints and the final model hold the policy, loadable with `from_pretrained`.
+
+    TRL 1.12, `PPOTrainer.save_model`: under DeepSpeed it sets `self.deepspeed = self.model` (the bare policy, not a
+    DeepSpeed engine) and calls transformers' `Trainer.save_model`, which reads the engine's config:
+    `AttributeError: 'LlamaConfig' object has no attribute 'get'` at the first checkpoint, under ZeRO-2 and ZeRO-3.
+
+    Fix: the weights are gathered from the engine (every process takes part: ZeRO-3 gathers its shards), and the main
+    process saves the policy's part with the policy's `save_pretrained` (with LoRA, the adapter).
+    """
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        if not self.is_deepspeed_enabled:
+            return super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        weights = self.accelerator.get_state_dict(self.deepspeed)
+        policy = self.accelerator.unwrap_model(self.deepspeed).policy
+        if self.args.should_save:
+            policy.save_pretrained(output_dir, state_dict={name.removeprefix("policy."): tensor
+                                                           for name, tensor in weights.items()
+                                                           if name.startswith("policy.")})
+
+
+class PatchedPPOTrainer(SavePolicyUnderDeepSpeed, OneOptimizerStepPerMiniBatch, SavePolicyUnderDDP,
+                        LoraReferenceUnderDDP, PPOTrainer):
+    """TRL 1.12's `PPOTrainer` with the four fixes above."""

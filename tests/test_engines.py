@@ -1,0 +1,145 @@
+"""accelerate's engines on 2 CPU processes, launched as docs/multi-gpu.md says: DeepSpeed ZeRO-2 and ZeRO-3 with
+the shipped configs (`DS_ACCELERATOR=cpu`), and FSDP, which accelerate runs on GPUs only, refused on CPU.
+
+A few combinations cover each engine and each trainer once (the full matrix verified by hand is in
+docs/multi-gpu.md): GRPO ZeRO-2 (+ continued), PPO ZeRO-3, the reward model ZeRO-3; the refusals.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, assert_ok, error_line, grpo_args, ppo_args
+
+NEEDS_DEEPSPEED = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason="deepspeed is not installed (pip install -r requirements-deepspeed.txt)")
+
+
+def launched(test):
+    """A launch: slow, and skipped only where deepspeed is not installed (CI installs it: requirements-test.txt)."""
+    return pytest.mark.slow(NEEDS_DEEPSPEED(test))
+
+
+def launch(config, script, *args, cpu=False):
+    """`accelerate launch --config_file configs/accelerate/<config>.yaml --mixed_precision no --num_processes 2`."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+               f"configs/accelerate/{config}.yaml", *(["--cpu"] if cpu else []), "--mixed_precision", "no",
+               "--num_processes", "2", script, *map(str, args)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+def reward_args(models, output_dir):
+    return ["--model_name_or_path", models["policy"], "--dataset_name", models["prompts"], "--output_dir", output_dir,
+            "--per_device_train_batch_size", "2", "--eval_samples", "8", "--max_steps", "2"]
+
+
+def engine(output_dir):
+    return json.loads((output_dir / "run_manifest.json").read_text())["resolved"]["engine"]
+
+
+@launched
+def test_grpo_under_zero2_says_so_saves_a_loadable_model_and_continues(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "grpo"
+    result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2"))
+    assert_ok(result)
+    line = "engine: DeepSpeed ZeRO-2 (optimizer state and gradients sharded over 2 processes)"
+    assert result.stdout.count(line) == 1
+    assert engine(out) == {"distributed_type": "DEEPSPEED", "num_processes": 2, "zero_stage": 2,
+                           "sharded": ["optimizer state", "gradients"]}
+    AutoModelForCausalLM.from_pretrained(out)
+
+    result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "4"))
+    assert_ok(result)
+    run = json.loads((out / "run_manifest.json").read_text())
+    assert run["global_step"] == 4 and run["launches"][-1]["resumed_from"] == str(out / "checkpoint-2")
+
+
+@launched
+def test_ppo_under_zero3_shards_the_parameters_and_saves_the_trained_policy(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "ppo"
+    # 2 mini-batches per rollout: TRL saved nothing under DeepSpeed (`SavePolicyUnderDeepSpeed`).
+    result = launch("deepspeed_zero3", "train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8",
+                                                                  "--per_device_train_batch_size", "1",
+                                                                  "--prompts_per_rollout", "4"))
+    assert_ok(result)
+    assert "engine: DeepSpeed ZeRO-3 (optimizer state and gradients and parameters sharded over 2" in result.stdout
+    assert engine(out)["zero_stage"] == 3 and "parameters" in engine(out)["sharded"]
+    start, final = (AutoModelForCausalLM.from_pretrained(path).state_dict() for path in (tiny_models["policy"], out))
+    assert start.keys() == final.keys()
+    assert any(not torch.equal(start[name], final[name]) for name in start)
+
+
+@launched
+def test_reward_model_under_zero3_saves_a_loadable_model_and_scores_the_held_out_pairs(tiny_models, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    out = tmp_path / "rm"
+    result = launch("deepspeed_zero3", "train_reward_model.py", *reward_args(tiny_models, out))
+    assert_ok(result)
+    assert engine(out)["zero_stage"] == 3 and "parameters" in engine(out)["sharded"]
+    AutoModelForSequenceClassification.from_pretrained(out)
+    assert json.loads((out / "reward_accuracy.json").read_text())["num_pairs"] == 8
+
+
+@launched
+def test_a_lora_reward_model_under_zero3_is_refused(tiny_models, tmp_path):
+    result = launch("deepspeed_zero3", "train_reward_model.py", *reward_args(tiny_models, tmp_path / "rm"),
+                    "--use_peft")
+    assert "use deepspeed_zero2.yaml or multi_gpu.yaml" in error_line(_first_worker(result))
+
+
+@launched
+def test_fsdp_on_cpu_processes_is_refused_rather_than_run_as_ddp(tiny_models, tmp_path):
+    result = launch("fsdp", "train_grpo.py", *grpo_args(tiny_models, tmp_path / "fsdp", "--max_steps", "1"))
+    assert "fsdp.yaml (FSDP) needs CUDA GPUs" in error_line(_first_worker(result))
+    assert not (tmp_path / "fsdp").exists()
+
+
+@launched
+def test_accelerate_launch_cpu_with_an_engine_config_is_refused(tiny_models, tmp_path):
+    result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, tmp_path / "cpu", "--max_steps", "1"),
+                    cpu=True)
+    assert "started one process without its DEEPSPEED" in error_line(_first_worker(result))
+
+
+def _first_worker(result):
+    """A launch whose processes each stopped with a user error: the launcher adds its own exit status and
+    traceback; the processes' `error:` lines (one per process) stand for one."""
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert lines and len(set(lines)) == 1, result.stderr[-3000:]
+    return subprocess.CompletedProcess(result.args, 2, result.stdout, lines[0] + "\n")
+
+
+def test_the_engine_asked_for_is_read_from_accelerates_launcher(monkeypatch):
+    from rlhf import processes
+
+    for name in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "ACCELERATE_DEEPSPEED_ZERO_STAGE"):
+        monkeypatch.delenv(name, raising=False)
+    assert (processes.launched_engine(), processes.launched_zero_stage()) == (None, 0)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    assert (processes.launched_engine(), processes.launched_zero_stage()) == ("DEEPSPEED", 3)
+
+
+def test_fsdp_without_a_gpu_is_refused_before_anything_loads(monkeypatch):
+    from rlhf import processes
+    from rlhf.errors import UserError
+    from rlhf.run import check_engine_launch
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setattr(processes, "cuda_available", lambda: False)
+    with pytest.raises(UserError, match="fsdp.yaml .FSDP. needs CUDA GPUs"):
+        check_engine_launch()
+    monkeypatch.setattr(processes, "cuda_available", lambda: True)
+    check_engine_launch()
