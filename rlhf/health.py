@@ -5,9 +5,9 @@ Each alarm is raised at most once per run, printed by the main process as one `h
 its value, the threshold, the step and the flags to change, logged to TensorBoard as `health/<name>` = 1 (the tag
 reads `train/health/<name>`, as every training scalar), and listed in `run_report.json` (`rlhf/report.py`).
 
-The thresholds were measured on the bundled SmolLM2-135M-Instruct quickstarts (`python quickstart.py --task math`,
-`python quickstart.py`, CPU, seed 42): the healthy range each produced is written beside each threshold, and none of
-those runs raises an alarm. docs/health.md says what each alarm means and what to do.
+The thresholds come from the bundled SmolLM2-135M-Instruct's math quickstart (`python quickstart.py --task math`,
+CPU, seed 42; a healthy run that lifts verifier accuracy from ~1% to 20-35%): its range is written beside each
+threshold, and it raises no alarm. docs/health.md says what each alarm means and what to do.
 """
 
 import dataclasses
@@ -16,36 +16,32 @@ import math
 # How many consecutive logs a level must hold before it counts: one noisy batch is not a trend.
 WINDOW = 3
 # Completions cut off: share of completions that reached --max_completion_length without EOS
-# (`completions/clipped_ratio`). Measured: math quickstart (48 tokens) 0.00-0.34; reward-model quickstart GRPO (64
-# tokens) 0.00-0.31, PPO 0.00-0.50. TRL #5697: 0.97-0.99 at the default 256 tokens, where the gradient vanished.
+# (`completions/clipped_ratio`). Measured (math quickstart, 48 tokens): MQ_CLIPPED. TRL #5697: 0.97-0.99 at the
+# default 256 tokens, where the gradient vanished.
 CUT_OFF_RATIO = 0.5
 # No learning signal: share of GRPO groups whose completions all got the same reward (`frac_reward_zero_std`): their
-# advantage is 0, so they teach nothing. Measured: math quickstart 0.00-0.50 (8 completions a group, ~11% boxed at
-# the start); reward-model quickstart 0.00 (a reward model's scores always differ).
+# advantage is 0, so they teach nothing. Measured (groups of 8): MQ_ZERO.
 ZERO_STD_FRACTION = 0.9
+# A reward function that has given every completion the same score at every log since the run began (its
+# `rewards/<f>/std` is 0): it cannot score them. Measured: boxed_answer std MQ_ANSWER_STD, boxed_format MQ_FORMAT_STD
+# (it falls towards 0 once every completion is boxed, after varying: no alarm).
 # Reward hacking by length, over the last LENGTH_WINDOW logs: the reward and the mean completion length correlate
 # (Pearson) above LENGTH_CORRELATION while both rise, the length by at least LENGTH_RISE of where the window began.
-# Measured: math quickstart, length falls 44 -> 29 tokens while the reward rises (correlation -0.6); reward-model
-# quickstart GRPO correlation 0.3, length +12% over 8 logs.
+# Measured: MQ_CORR.
 LENGTH_WINDOW = 8
 LENGTH_CORRELATION = 0.9
 LENGTH_RISE = 0.5
 # KL from the reference per completion token (GRPO `kl`; PPO `objective/kl` divided by the mean completion length,
-# since PPO logs a sum over the completion's tokens). Measured: math quickstart 0.000-0.004 (beta 0.04, lr 3e-5);
-# reward-model quickstart GRPO 0.000-0.003, PPO 0.000-0.02. Alarm when it stays above KL_MAX, or when it rose at
-# every one of the last KL_GROWTH_WINDOW logs to KL_GROWTH times its value KL_GROWTH_WINDOW - 1 logs before, and is
-# at least KL_GROWTH_FLOOR (a KL near 0 at the start multiplies fast and means nothing).
+# since PPO logs a sum over the completion's tokens), above KL_MAX for WINDOW logs. Measured (beta 0.04, learning
+# rate 3e-5): MQ_KL. No "growing fast" rule: there KL multiplies by 3 from one log to the next in its first steps (0
+# -> 0.064 -> 0.19), so a growth rule would fire on every healthy start.
 KL_MAX = 0.5
-KL_GROWTH_WINDOW = 4
-KL_GROWTH = 4.0
-KL_GROWTH_FLOOR = 0.1
 # Entropy collapse: mean entropy per completion token, in nats (GRPO `entropy`; PPO `objective/entropy` divided by
-# the mean completion length). Measured: math quickstart 0.40-0.95 (temperature 0.7); reward-model quickstart GRPO
-# 0.8-1.3, PPO 0.9-1.6. A policy below ENTROPY_MIN samples nearly the same completion every time: GRPO's groups stop
-# varying and PPO stops exploring.
+# the mean completion length). Measured (temperature 0.7): MQ_ENTROPY. Below ENTROPY_MIN the policy samples nearly
+# the same completion every time: GRPO's groups stop varying and PPO stops exploring.
 ENTROPY_MIN = 0.05
-# Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: reward-model quickstart
-# 1.00 on 40 held-out pairs (seeds 1-3, docs/results.md).
+# Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: the reward-model
+# quickstart reaches 1.00 on 40 held-out pairs (seeds 1-3, docs/results.md).
 REWARD_ACCURACY_MIN = 0.6
 
 
@@ -111,20 +107,6 @@ def length_hacking(rewards, lengths, window=LENGTH_WINDOW, min_correlation=LENGT
     if lengths[-1] < lengths[0] * (1 + min_rise):
         return None
     return r
-
-
-def runaway(values, limit=KL_MAX, window=WINDOW, growth_window=KL_GROWTH_WINDOW, growth=KL_GROWTH,
-            floor=KL_GROWTH_FLOOR):
-    """'above' when the last `window` values exceed `limit`; 'growing' when each of the last `growth_window` values
-    rose above the one before, the last is `growth` times the first of them and at least `floor`; else None."""
-    if sustained(values, limit, window):
-        return "above"
-    if len(values) >= growth_window:
-        last = values[-growth_window:]
-        rising = all(b > a for a, b in zip(last, last[1:]))
-        if rising and last[-1] >= floor and last[-1] >= growth * max(last[0], 1e-12):
-            return "growing"
-    return None
 
 
 # ---- the monitor: metrics in, alarms out ----
@@ -193,7 +175,9 @@ class HealthMonitor:
                 "they teach nothing",
             )
         for key, values in s.items():
-            if key.startswith("rewards/") and sustained(values, 1e-8, WINDOW, below=True):
+            # Constant since the run began: it cannot score these completions. A reward that every completion has
+            # come to earn in full (a format learnt) varied before it saturated, and is no alarm.
+            if key.startswith("rewards/") and sustained(values, 1e-8, max(WINDOW, len(values)), below=True):
                 function = key.split("/")[1]
                 yield self._alarm(
                     f"reward_constant/{function}", key, values[-1], 0.0, step,
@@ -215,15 +199,11 @@ class HealthMonitor:
                 logs=1,
             )
         kl = s.get("kl_per_token", [])
-        how = runaway(kl) if new_kl else None
-        if how:
+        if new_kl and sustained(kl, KL_MAX, WINDOW):
             control = "--beta" if flags.get("kind") == "grpo" else "--kl_coef (or set --target_kl)"
-            threshold = KL_MAX if how == "above" else KL_GROWTH_FLOOR
-            detail = ("the policy has drifted far from the reference" if how == "above" else
-                      f"KL grew {kl[-1] / max(kl[-KL_GROWTH_WINDOW], 1e-12):.0f}x over {KL_GROWTH_WINDOW} logs")
             yield self._alarm(
-                "kl_runaway", "kl per token", kl[-1], threshold, step,
-                f"lower --learning_rate or raise {control}", detail, logs=WINDOW if how == "above" else 1,
+                "kl_runaway", "kl per token", kl[-1], KL_MAX, step, f"lower --learning_rate or raise {control}",
+                "the policy has drifted far from the reference model",
             )
         entropy = s.get("entropy_per_token", [])
         if new_entropy and sustained(entropy, ENTROPY_MIN, WINDOW, below=True):

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import assert_ok, grpo_args, run_script, scalars
 from rlhf import health, tiny
-from rlhf.health import HealthMonitor, correlation, length_hacking, runaway, slope, sustained
+from rlhf.health import HealthMonitor, correlation, length_hacking, slope, sustained
 from test_report import assert_report
 
 
@@ -37,14 +37,6 @@ def test_length_hacking_needs_both_rising_together_and_the_length_up_by_half():
     assert length_hacking(rewards, noisy) is None
 
 
-def test_runaway_above_the_limit_or_multiplying_from_a_real_value():
-    assert runaway([0.6, 0.7, 0.8]) == "above"
-    assert runaway([0.6, 0.4, 0.8]) is None
-    assert runaway([0.02, 0.05, 0.1, 0.2]) == "growing"  # 10x over 4 logs, to 0.2
-    assert runaway([0.0001, 0.001, 0.003, 0.004]) is None  # multiplies from 0 at the start: below the floor
-    assert runaway([0.1, 0.2, 0.15, 0.45]) is None  # not rising at every log
-
-
 def logs(**values):
     return {key.replace("__", "/"): value for key, value in values.items()}
 
@@ -70,6 +62,12 @@ def test_no_signal_and_a_constant_reward_function():
     assert "--num_generations" in alarms[0].line and "--reward_funcs boxed_format" in alarms[1].line
 
 
+def test_a_reward_every_completion_came_to_earn_is_no_alarm():
+    monitor = HealthMonitor({"kind": "grpo"})
+    stds = [0.3, 0.2, 0.0, 0.0, 0.0, 0.0]  # the format is learnt: every completion is boxed
+    assert all(monitor.observe({"rewards/boxed_format/std": std}, step) == [] for step, std in enumerate(stds, 1))
+
+
 def test_ppo_kl_and_entropy_are_judged_per_token():
     # PPO logs sums over a completion: 8 per completion over 16 tokens is 0.5 per token, at the limit (not above).
     monitor = HealthMonitor({"kind": "ppo"})
@@ -88,9 +86,12 @@ def test_grpo_kl_runaway_names_beta_and_length_hacking_fires_on_reward_rising_wi
     names = set()
     for step in range(1, 9):
         names |= {alarm.name for alarm in monitor.observe(
-            logs(kl=0.01 * 3 ** step, reward=0.1 * step, completions__mean_length=20 + 4 * step, entropy=1.0), step)}
+            logs(kl=0.15 * step, reward=0.1 * step, completions__mean_length=20 + 4 * step, entropy=1.0), step)}
     assert names == {"kl_runaway", "reward_hacking_length"}
-    assert "--beta" in next(alarm.line for alarm in monitor.alarms if alarm.name == "kl_runaway")
+    kl = next(alarm for alarm in monitor.alarms if alarm.name == "kl_runaway")
+    assert "--beta" in kl.line and kl.step == 6  # above 0.5 at steps 4, 5 and 6
+    quickstart_start = HealthMonitor({"kind": "grpo"})  # KL multiplying from 0 at the start is no alarm
+    assert all(quickstart_start.observe({"kl": kl}, step) == [] for step, kl in enumerate([0, 0.064, 0.19, 0.4], 1))
 
 
 def test_a_resumed_run_does_not_raise_again_what_it_raised_before():
