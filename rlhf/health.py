@@ -18,7 +18,7 @@ WINDOW = 3
 # Completions cut off: share of completions that reached --max_completion_length without EOS
 # (`completions/clipped_ratio`). Measured (math quickstart, 48 tokens): MQ_CLIPPED. TRL #5697: 0.97-0.99 at the
 # default 256 tokens, where the gradient vanished.
-CUT_OFF_RATIO = 0.5
+CUT_OFF_RATIO = 0.6
 # No learning signal: share of GRPO groups whose completions all got the same reward (`frac_reward_zero_std`): their
 # advantage is 0, so they teach nothing. Measured (groups of 8): MQ_ZERO.
 ZERO_STD_FRACTION = 0.9
@@ -35,7 +35,7 @@ LENGTH_RISE = 0.5
 # since PPO logs a sum over the completion's tokens), above KL_MAX for WINDOW logs. Measured (beta 0.04, learning
 # rate 3e-5): MQ_KL. No "growing fast" rule: there KL multiplies by 3 from one log to the next in its first steps (0
 # -> 0.064 -> 0.19), so a growth rule would fire on every healthy start.
-KL_MAX = 0.5
+KL_MAX = 1.0
 # Entropy collapse: mean entropy per completion token, in nats (GRPO `entropy`; PPO `objective/entropy` divided by
 # the mean completion length). Measured (temperature 0.7): MQ_ENTROPY. Below ENTROPY_MIN the policy samples nearly
 # the same completion every time: GRPO's groups stop varying and PPO stops exploring.

@@ -47,9 +47,9 @@ def test_each_alarm_is_raised_once_with_one_line_naming_metric_threshold_step_an
     assert [len(alarms) for alarms in raised] == [0, 0, 1, 0, 0]
     alarm = raised[2][0]
     assert alarm.line == ("health: 97% of completions hit --max_completion_length 3 without EOS "
-                          "(completions/clipped_ratio 0.97 > 0.5 for 3 logs, step 3): raise --max_completion_length")
+                          "(completions/clipped_ratio 0.97 > 0.6 for 3 logs, step 3): raise --max_completion_length")
     assert alarm.record() | {"line": None} == {
-        "name": "completions_cut_off", "metric": "completions/clipped_ratio", "value": 0.97, "threshold": 0.5,
+        "name": "completions_cut_off", "metric": "completions/clipped_ratio", "value": 0.97, "threshold": 0.6,
         "step": 3, "advice": "raise --max_completion_length", "line": None}
 
 
@@ -69,16 +69,16 @@ def test_a_reward_every_completion_came_to_earn_is_no_alarm():
 
 
 def test_ppo_kl_and_entropy_are_judged_per_token():
-    # PPO logs sums over a completion: 8 per completion over 16 tokens is 0.5 per token, at the limit (not above).
+    # PPO logs sums over a completion: 16 per completion over 16 tokens is 1 per token, at the limit (not above).
     monitor = HealthMonitor({"kind": "ppo"})
     for step in (1, 2, 3):
-        fine = logs(objective__kl=8.0, objective__entropy=16.0, completions__mean_length=16)
+        fine = logs(objective__kl=16.0, objective__entropy=16.0, completions__mean_length=16)
         assert monitor.observe(fine, step) == []
     for step in (4, 5, 6):
-        alarms = monitor.observe(logs(objective__kl=16.0, objective__entropy=0.5, completions__mean_length=16), step)
+        alarms = monitor.observe(logs(objective__kl=32.0, objective__entropy=0.5, completions__mean_length=16), step)
     assert {alarm.name for alarm in alarms} == {"kl_runaway", "entropy_collapse"}
     kl = next(alarm for alarm in alarms if alarm.name == "kl_runaway")
-    assert kl.value == 1.0 and "--kl_coef" in kl.line and "step 6" in kl.line
+    assert kl.value == 2.0 and "--kl_coef" in kl.line and "step 6" in kl.line
 
 
 def test_grpo_kl_runaway_names_beta_and_length_hacking_fires_on_reward_rising_with_length():
@@ -86,12 +86,12 @@ def test_grpo_kl_runaway_names_beta_and_length_hacking_fires_on_reward_rising_wi
     names = set()
     for step in range(1, 9):
         names |= {alarm.name for alarm in monitor.observe(
-            logs(kl=0.15 * step, reward=0.1 * step, completions__mean_length=20 + 4 * step, entropy=1.0), step)}
+            logs(kl=0.3 * step, reward=0.1 * step, completions__mean_length=20 + 4 * step, entropy=1.0), step)}
     assert names == {"kl_runaway", "reward_hacking_length"}
     kl = next(alarm for alarm in monitor.alarms if alarm.name == "kl_runaway")
-    assert "--beta" in kl.line and kl.step == 6  # above 0.5 at steps 4, 5 and 6
+    assert "--beta" in kl.line and kl.step == 6  # above 1.0 at steps 4, 5 and 6
     quickstart_start = HealthMonitor({"kind": "grpo"})  # KL multiplying from 0 at the start is no alarm
-    assert all(quickstart_start.observe({"kl": kl}, step) == [] for step, kl in enumerate([0, 0.064, 0.19, 0.4], 1))
+    assert all(quickstart_start.observe({"kl": kl}, step) == [] for step, kl in enumerate([0, 0.064, 0.19, 0.27, 0.32], 1))
 
 
 def test_a_resumed_run_does_not_raise_again_what_it_raised_before():
@@ -139,7 +139,7 @@ def test_grpo_with_three_token_completions_warns_they_are_cut_off(tiny_models, t
     assert scalars(out)["train/health/completions_cut_off"] == [(3, 1.0)]
     report = read_report(out)
     assert [alarm["name"] for alarm in report["health"]] == ["completions_cut_off"]
-    assert report["health"][0]["step"] == 3 and report["health"][0]["threshold"] == 0.5
+    assert report["health"][0]["step"] == 3 and report["health"][0]["threshold"] == 0.6
     assert "completions hit --max_completion_length 3" in (out / "run_report.md").read_text()
     assert_report(out, "train_grpo.py", 3)
 
