@@ -20,8 +20,10 @@ WINDOW = 3
 # default 256 tokens, where the gradient vanished.
 CUT_OFF_RATIO = 0.6
 # No learning signal: share of GRPO groups whose completions all got the same reward (`frac_reward_zero_std`): their
-# advantage is 0, so they teach nothing. Measured (groups of 8): MQ_ZERO.
+# advantage is 0, so they teach nothing. Over ZERO_STD_WINDOW logs: with 4 groups a step the fraction moves in
+# quarters, and the math quickstart hit 1.0 at one step. Measured (groups of 8): MQ_ZERO.
 ZERO_STD_FRACTION = 0.9
+ZERO_STD_WINDOW = 5
 # A reward function that has given every completion the same score at every log since the run began (its
 # `rewards/<f>/std` is 0): it cannot score them. Measured: boxed_answer std MQ_ANSWER_STD, boxed_format MQ_FORMAT_STD
 # (it falls towards 0 once every completion is boxed, after varying: no alarm).
@@ -166,13 +168,13 @@ class HealthMonitor:
                 f"{clipped[-1]:.0%} of completions hit --max_completion_length {length} without EOS",
             )
         zero = s.get("frac_reward_zero_std", [])
-        if sustained(zero, ZERO_STD_FRACTION, WINDOW):
+        if sustained(zero, ZERO_STD_FRACTION, ZERO_STD_WINDOW):
             yield self._alarm(
                 "no_learning_signal", "frac_reward_zero_std", zero[-1], ZERO_STD_FRACTION, step,
                 "use a reward that varies within a group (--reward_funcs), or raise --num_generations or "
                 "--temperature",
                 f"in {zero[-1]:.0%} of groups every completion got the same reward, so their advantage is 0 and "
-                "they teach nothing",
+                "they teach nothing", logs=ZERO_STD_WINDOW,
             )
         for key, values in s.items():
             # Constant since the run began: it cannot score these completions. A reward that every completion has

@@ -55,11 +55,15 @@ def test_each_alarm_is_raised_once_with_one_line_naming_metric_threshold_step_an
 
 def test_no_signal_and_a_constant_reward_function():
     monitor = HealthMonitor({"kind": "grpo"})
-    for step in (1, 2, 3):
-        alarms = monitor.observe(logs(frac_reward_zero_std=1.0, rewards__boxed_format__std=0.0,
-                                      rewards__reward_model__std=0.3), step)
-    assert {alarm.name for alarm in alarms} == {"no_learning_signal", "reward_constant/boxed_format"}
-    assert "--num_generations" in alarms[0].line and "--reward_funcs boxed_format" in alarms[1].line
+    raised = [monitor.observe(logs(frac_reward_zero_std=1.0, rewards__boxed_format__std=0.0,
+                                   rewards__reward_model__std=0.3), step) for step in range(1, 6)]
+    assert [alarm.name for alarm in raised[2]] == ["reward_constant/boxed_format"]
+    assert [alarm.name for alarm in raised[4]] == ["no_learning_signal"]  # over 5 logs: 4 groups move in quarters
+    assert "--reward_funcs boxed_format" in raised[2][0].line
+    assert "--num_generations" in raised[4][0].line and "for 5 logs, step 5" in raised[4][0].line
+    quickstart = HealthMonitor({"kind": "grpo"})  # the math quickstart's first 6 steps
+    assert all(quickstart.observe({"frac_reward_zero_std": f}, step) == []
+               for step, f in enumerate([0.5, 0.0, 0.5, 0.5, 0.25, 1.0, 1.0, 1.0], 1))
 
 
 def test_a_reward_every_completion_came_to_earn_is_no_alarm():
@@ -152,14 +156,14 @@ def test_grpo_whose_reward_never_varies_in_a_group_warns_there_is_no_learning_si
     # A random tiny model never writes \boxed{}: boxed_format gives every completion the same 0.
     data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
     out = tmp_path / "run"
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--dataset_name", data, "--max_steps", "3",
-                                                    "--reward_funcs", "boxed_format"))
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--dataset_name", data, "--max_steps", "5",
+                                                    "--reward_funcs", "boxed_format", "--save_steps", "5"))
     assert_ok(result)
     assert "health: in 100% of groups every completion got the same reward" in result.stdout, result.stdout[-3000:]
     names = {alarm["name"] for alarm in read_report(out)["health"]}
     assert {"no_learning_signal", "reward_constant/boxed_format"} <= names  # (and cut off: it never writes EOS)
     logged = scalars(out)
-    assert logged["train/health/no_learning_signal"] == [(3, 1.0)]
+    assert logged["train/health/no_learning_signal"] == [(5, 1.0)]
 
 
 @pytest.mark.slow
