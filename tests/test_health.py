@@ -95,7 +95,8 @@ def test_grpo_kl_runaway_names_beta_and_length_hacking_fires_on_reward_rising_wi
     kl = next(alarm for alarm in monitor.alarms if alarm.name == "kl_runaway")
     assert "--beta" in kl.line and kl.step == 6  # above 1.0 at steps 4, 5 and 6
     quickstart_start = HealthMonitor({"kind": "grpo"})  # KL multiplying from 0 at the start is no alarm
-    assert all(quickstart_start.observe({"kl": kl}, step) == [] for step, kl in enumerate([0, 0.064, 0.19, 0.27, 0.32], 1))
+    measured = [0, 0.064, 0.19, 0.27, 0.32]
+    assert all(quickstart_start.observe({"kl": kl}, step) == [] for step, kl in enumerate(measured, 1))
 
 
 def test_a_resumed_run_does_not_raise_again_what_it_raised_before():
