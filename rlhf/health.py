@@ -16,31 +16,31 @@ import math
 # How many consecutive logs a level must hold before it counts: one noisy batch is not a trend.
 WINDOW = 3
 # Completions cut off: share of completions that reached --max_completion_length without EOS
-# (`completions/clipped_ratio`). Measured (math quickstart, 48 tokens): MQ_CLIPPED. TRL #5697: 0.97-0.99 at the
-# default 256 tokens, where the gradient vanished.
+# (`completions/clipped_ratio`). Measured (math quickstart, 48 tokens): 0.19-0.41 per log. TRL #5697: 0.97-0.99 at
+# the default 256 tokens, where the gradient vanished.
 CUT_OFF_RATIO = 0.6
 # No learning signal: share of GRPO groups whose completions all got the same reward (`frac_reward_zero_std`): their
-# advantage is 0, so they teach nothing. Over ZERO_STD_WINDOW logs: with 4 groups a step the fraction moves in
-# quarters, and the math quickstart hit 1.0 at one step. Measured (groups of 8): MQ_ZERO.
+# advantage is 0, so they teach nothing. Measured (4 groups of 8 a step): 0.00-1.00 per log, 1.0 once (step 6),
+# never 2 logs in a row above 0.5. With 4 groups the fraction moves in quarters: hence ZERO_STD_WINDOW logs.
 ZERO_STD_FRACTION = 0.9
 ZERO_STD_WINDOW = 5
 # A reward function that has given every completion the same score at every log since the run began (its
-# `rewards/<f>/std` is 0): it cannot score them. Measured: boxed_answer std MQ_ANSWER_STD, boxed_format MQ_FORMAT_STD
-# (it falls towards 0 once every completion is boxed, after varying: no alarm).
+# `rewards/<f>/std` is 0) cannot score them. Measured: boxed_answer's std 0.00-0.98 (0 at one log); boxed_format's
+# 0.00-0.49, then 0 from step 6 on, once every completion was boxed: it varied first, so no alarm.
 # Reward hacking by length, over the last LENGTH_WINDOW logs: the reward and the mean completion length correlate
 # (Pearson) above LENGTH_CORRELATION while both rise, the length by at least LENGTH_RISE of where the window began.
-# Measured: MQ_CORR.
+# Measured: correlation 0.40 over the quickstart's 8 logs, the length without trend (25-38 tokens).
 LENGTH_WINDOW = 8
 LENGTH_CORRELATION = 0.9
 LENGTH_RISE = 0.5
 # KL from the reference per completion token (GRPO `kl`; PPO `objective/kl` divided by the mean completion length,
 # since PPO logs a sum over the completion's tokens), above KL_MAX for WINDOW logs. Measured (beta 0.04, learning
-# rate 3e-5): MQ_KL. No "growing fast" rule: there KL multiplies by 3 from one log to the next in its first steps (0
-# -> 0.064 -> 0.19), so a growth rule would fire on every healthy start.
+# rate 3e-5): 0.00-0.37 (0, 0.064, 0.19, 0.27, 0.32, 0.30, 0.37, 0.30). No "growing fast" rule: KL triples from one
+# log to the next at that healthy start, so a growth rule would fire on every run.
 KL_MAX = 1.0
 # Entropy collapse: mean entropy per completion token, in nats (GRPO `entropy`; PPO `objective/entropy` divided by
-# the mean completion length). Measured (temperature 0.7): MQ_ENTROPY. Below ENTROPY_MIN the policy samples nearly
-# the same completion every time: GRPO's groups stop varying and PPO stops exploring.
+# the mean completion length). Measured (temperature 0.7): 0.33-0.78, falling. Below ENTROPY_MIN the policy samples
+# nearly the same completion every time: GRPO's groups stop varying and PPO stops exploring.
 ENTROPY_MIN = 0.05
 # Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: the reward-model
 # quickstart reaches 1.00 on 40 held-out pairs (seeds 1-3, docs/results.md).
