@@ -91,6 +91,7 @@ def main(model_args, data_args, training_args):
         report = held_out_accuracy(model, tokenizer, held_out)
         Path(training_args.output_dir, ACCURACY_FILE).write_text(json.dumps(report, indent=2) + "\n")
         print(f"Held-out pairwise accuracy: {report['accuracy']:.3f} on {report['num_pairs']} pairs.")
+        run.check_reward_accuracy(trainer, report["accuracy"], report["num_pairs"])
     run.finish(trainer, f"Saved the reward model to {training_args.output_dir}.")
 
 

@@ -485,6 +485,8 @@ class TrainingRun:
     output_dir: str
     launch: Launch
     recorded: bool = False
+    health: object = None  # the run's HealthCallback (rlhf/health.py), from `train`
+    report: object = None  # its RunReport (rlhf/report.py)
 
     @property
     def checkpoint(self):
@@ -504,7 +506,49 @@ class TrainingRun:
 
         if not self.recorded:
             raise RuntimeError("record() the launch before training: each checkpoint keeps a copy of its manifest")
+        self._watch(trainer)
         guarded_train(trainer, self.output_dir, self.checkpoint, train)
+
+    def _watch(self, trainer):
+        """Add the health checks and the run report. The health callback goes before the reporting callbacks
+        (TensorBoard...), so that the `health/<name>` values it adds to a log reach them."""
+        from transformers.integrations import get_reporting_integration_callbacks
+
+        from rlhf.health import Alarm, health_callback
+        from rlhf.report import REPORT_JSON, RunReport, report_callback, settings
+
+        earlier = []  # a resumed or continued run keeps its alarms and does not raise them again
+        if self.checkpoint is not None:
+            try:
+                earlier = [Alarm(**alarm) for alarm in
+                           json.loads((Path(self.output_dir) / REPORT_JSON).read_text(encoding="utf-8"))["health"]]
+            except (OSError, ValueError, KeyError, TypeError):
+                earlier = []
+        training = self.configs[-1]
+        flags = {"kind": self.script.removeprefix("train_").removesuffix(".py"),
+                 "max_completion_length": getattr(training, "max_completion_length", None)}
+        self.health = health_callback(flags, raised=[alarm.name for alarm in earlier])
+        self.health.monitor.alarms.extend(earlier)
+        self.report = RunReport(self.output_dir, self.script, settings(self.configs, read_manifest(self.output_dir)),
+                                self.health.monitor)
+        kinds = get_reporting_integration_callbacks(trainer.args.report_to)
+        reporters = [trainer.pop_callback(kind) for kind in kinds]
+        trainer.add_callback(self.health)
+        self.health.reporters = [reporter for reporter in reporters if reporter is not None]
+        for reporter in reporters:
+            if reporter is not None:
+                trainer.add_callback(reporter)
+        trainer.add_callback(report_callback(self.report))
+
+    def check_reward_accuracy(self, trainer, accuracy, num_pairs):
+        """The reward model's held-out pairwise accuracy, known once training has ended: near chance is a health
+        alarm (printed, logged to TensorBoard, in the run report)."""
+        from rlhf.health import log_after_training
+
+        alarm = self.health.monitor.reward_accuracy(accuracy, num_pairs, trainer.state.global_step)
+        if alarm is not None and is_main_process():
+            print(alarm.line, flush=True)
+            log_after_training(self.health.reporters, trainer.state.global_step, alarm)
 
     def save(self, trainer, tokenizer):
         """Save the final model (with LoRA, the adapter) in every process, since FSDP and ZeRO-3 gather the weights
@@ -518,6 +562,8 @@ class TrainingRun:
         it reached and `extra`, and say `message`, from the main process."""
         if is_main_process():
             mark_finished(self.output_dir, global_step=trainer.state.global_step, **extra)
+            if self.report is not None:
+                self.report.write(trainer.state, finished=True)
             print(message, flush=True)
 
 

@@ -247,9 +247,13 @@ class Trainer:
     def __init__(self, fails=None):
         self.state, self.callbacks, self.fails = TrainerState(), [], fails
         self.callback_handler = SimpleNamespace(callbacks=self.callbacks)
+        self.args = SimpleNamespace(report_to=[])
 
     def add_callback(self, callback):
         self.callbacks.append(callback)
+
+    def pop_callback(self, kind):
+        return None
 
     def train(self, resume_from_checkpoint=None):
         self.state.global_step = 10

@@ -1,0 +1,273 @@
+"""Health checks while a run trains: a run that cannot learn says so, once, in one line, while it runs.
+
+Every check reads the metrics the trainers already log (`on_log`): no extra generation, no extra forward pass.
+Each alarm is raised at most once per run, printed by the main process as one `health:` line that names the metric,
+its value, the threshold, the step and the flags to change, logged to TensorBoard as `health/<name>` = 1 (the tag
+reads `train/health/<name>`, as every training scalar), and listed in `run_report.json` (`rlhf/report.py`).
+
+The thresholds come from the bundled SmolLM2-135M-Instruct's math quickstart (`python quickstart.py --task math`,
+CPU, seed 42; a healthy run that lifts verifier accuracy from ~1% to 20-35%): its range is written beside each
+threshold, and it raises no alarm. docs/health.md says what each alarm means and what to do.
+"""
+
+import dataclasses
+import math
+
+# How many consecutive logs a level must hold before it counts: one noisy batch is not a trend.
+WINDOW = 3
+# Completions cut off: share of completions that reached --max_completion_length without EOS
+# (`completions/clipped_ratio`). Measured (math quickstart, 48 tokens): 0.19-0.41 per log. TRL #5697: 0.97-0.99 at
+# the default 256 tokens, where the gradient vanished.
+CUT_OFF_RATIO = 0.6
+# No learning signal: share of GRPO groups whose completions all got the same reward (`frac_reward_zero_std`): their
+# advantage is 0, so they teach nothing. Measured (4 groups of 8 a step): 0.00-1.00 per log, 1.0 once (step 6),
+# never 2 logs in a row above 0.5. With 4 groups the fraction moves in quarters: hence ZERO_STD_WINDOW logs.
+ZERO_STD_FRACTION = 0.9
+ZERO_STD_WINDOW = 5
+# A reward function that has given every completion the same score at every log since the run began (its
+# `rewards/<f>/std` is 0) cannot score them. Measured: boxed_answer's std 0.00-0.98 (0 at one log); boxed_format's
+# 0.00-0.49, then 0 from step 6 on, once every completion was boxed: it varied first, so no alarm.
+# Reward hacking by length, over the last LENGTH_WINDOW logs: the reward and the mean completion length correlate
+# (Pearson) above LENGTH_CORRELATION while both rise, the length by at least LENGTH_RISE of where the window began.
+# Measured: correlation 0.40 over the quickstart's 8 logs, the length without trend (25-38 tokens).
+LENGTH_WINDOW = 8
+LENGTH_CORRELATION = 0.9
+LENGTH_RISE = 0.5
+# KL from the reference per completion token (GRPO `kl`; PPO `objective/kl` divided by the mean completion length,
+# since PPO logs a sum over the completion's tokens), above KL_MAX for WINDOW logs. Measured (beta 0.04, learning
+# rate 3e-5): 0.00-0.37 (0, 0.064, 0.19, 0.27, 0.32, 0.30, 0.37, 0.30). No "growing fast" rule: KL triples from one
+# log to the next at that healthy start, so a growth rule would fire on every run.
+KL_MAX = 1.0
+# Entropy collapse: mean entropy per completion token, in nats (GRPO `entropy`; PPO `objective/entropy` divided by
+# the mean completion length). Measured (temperature 0.7): 0.33-0.78, falling. Below ENTROPY_MIN the policy samples
+# nearly the same completion every time: GRPO's groups stop varying and PPO stops exploring.
+ENTROPY_MIN = 0.05
+# Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: the reward-model
+# quickstart reaches 1.00 on 40 held-out pairs (seeds 1-3, docs/results.md).
+REWARD_ACCURACY_MIN = 0.6
+
+
+@dataclasses.dataclass
+class Alarm:
+    """One health alarm: what `health` lists in run_report.json."""
+
+    name: str
+    metric: str
+    value: float
+    threshold: float
+    step: int
+    advice: str
+    line: str  # the one line printed
+
+    def record(self):
+        return {"name": self.name, "metric": self.metric, "value": self.value, "threshold": self.threshold,
+                "step": self.step, "advice": self.advice, "line": self.line}
+
+
+# ---- pure detection functions (unit-tested in tests/test_health.py) ----
+
+def sustained(values, threshold, window, below=False):
+    """True when each of the last `window` values is above `threshold` (below it with `below`)."""
+    if len(values) < window:
+        return False
+    last = values[-window:]
+    return all(v < threshold for v in last) if below else all(v > threshold for v in last)
+
+
+def correlation(xs, ys):
+    """Pearson correlation of two equal-length sequences; None when either does not vary (or fewer than 3 points)."""
+    n = len(xs)
+    if n < 3 or n != len(ys):
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    if sxx <= 0 or syy <= 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def slope(values):
+    """Least-squares slope of `values` against their index (per log)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(values) / n
+    return sum((i - mx) * (v - my) for i, v in enumerate(values)) / sum((i - mx) ** 2 for i in range(n))
+
+
+def length_hacking(rewards, lengths, window=LENGTH_WINDOW, min_correlation=LENGTH_CORRELATION, min_rise=LENGTH_RISE):
+    """The correlation of reward and completion length over the last `window` logs when both rise together (the
+    length by `min_rise` of its value where the window began, and the correlation above `min_correlation`); else
+    None."""
+    if len(rewards) < window or len(lengths) < window:
+        return None
+    rewards, lengths = rewards[-window:], lengths[-window:]
+    r = correlation(rewards, lengths)
+    if r is None or r <= min_correlation or slope(rewards) <= 0 or slope(lengths) <= 0:
+        return None
+    if lengths[-1] < lengths[0] * (1 + min_rise):
+        return None
+    return r
+
+
+# ---- the monitor: metrics in, alarms out ----
+
+def _per_token(logs, key):
+    """GRPO's per-token value of a quantity, or PPO's per-completion sum divided by the mean completion length."""
+    if key in logs:
+        return logs[key]
+    total, length = logs.get(f"objective/{key}"), logs.get("completions/mean_length")
+    if total is None or not length:
+        return None
+    return total / length
+
+
+class HealthMonitor:
+    """Keeps the series the checks need and raises each alarm once. `flags`: the flag values the advice names
+    (`max_completion_length`, `kind`: "grpo", "ppo" or "reward")."""
+
+    def __init__(self, flags, raised=()):
+        self.flags = flags
+        self.series = {}  # metric -> [values, in log order]
+        self.alarms = []
+        self.raised = set(raised)  # names raised earlier in this run (a resumed launch does not repeat them)
+
+    def observe(self, logs, step):
+        """Take one log's metrics; return the alarms this log raises (each name at most once per run)."""
+        def add(name, value):
+            if value is not None and isinstance(value, (int, float)) and math.isfinite(value):
+                self.series.setdefault(name, []).append(float(value))
+                return True
+            return False
+
+        for key in ("completions/clipped_ratio", "frac_reward_zero_std", "reward", "objective/scores",
+                    "completions/mean_length"):
+            add(key, logs.get(key))
+        for key, value in logs.items():
+            if key.startswith("rewards/") and key.endswith("/std"):
+                add(key, value)
+        new_kl = add("kl_per_token", _per_token(logs, "kl"))
+        new_entropy = add("entropy_per_token", _per_token(logs, "entropy"))
+        fresh = []
+        for alarm in self._check(step, new_kl, new_entropy):
+            if alarm is not None and alarm.name not in self.raised:
+                self.raised.add(alarm.name)
+                self.alarms.append(alarm)
+                fresh.append(alarm)
+        return fresh
+
+    def _check(self, step, new_kl, new_entropy):
+        s, flags = self.series, self.flags
+        clipped = s.get("completions/clipped_ratio", [])
+        if "completions/clipped_ratio" in s and sustained(clipped, CUT_OFF_RATIO, WINDOW):
+            length = flags.get("max_completion_length")
+            yield self._alarm(
+                "completions_cut_off", "completions/clipped_ratio", clipped[-1], CUT_OFF_RATIO, step,
+                "raise --max_completion_length",
+                f"{clipped[-1]:.0%} of completions hit --max_completion_length {length} without EOS",
+            )
+        zero = s.get("frac_reward_zero_std", [])
+        if sustained(zero, ZERO_STD_FRACTION, ZERO_STD_WINDOW):
+            yield self._alarm(
+                "no_learning_signal", "frac_reward_zero_std", zero[-1], ZERO_STD_FRACTION, step,
+                "use a reward that varies within a group (--reward_funcs), or raise --num_generations or "
+                "--temperature",
+                f"in {zero[-1]:.0%} of groups every completion got the same reward, so their advantage is 0 and "
+                "they teach nothing", logs=ZERO_STD_WINDOW,
+            )
+        for key, values in s.items():
+            # Constant since the run began: it cannot score these completions. A reward that every completion has
+            # come to earn in full (a format learnt) varied before it saturated, and is no alarm.
+            if key.startswith("rewards/") and sustained(values, 1e-8, max(WINDOW, len(values)), below=True):
+                function = key.split("/")[1]
+                yield self._alarm(
+                    f"reward_constant/{function}", key, values[-1], 0.0, step,
+                    f"check that --reward_funcs {function} can score these completions (its data columns, the "
+                    "prompt's instructions), or drop it",
+                    f"reward function {function} gave every completion the same score",
+                    comparison="==",
+                )
+        reward = s.get("reward") or s.get("objective/scores", [])
+        r = length_hacking(reward, s.get("completions/mean_length", []))
+        if r is not None:
+            length = s["completions/mean_length"]
+            yield self._alarm(
+                "reward_hacking_length", "correlation(reward, completions/mean_length)", r, LENGTH_CORRELATION, step,
+                "check completions by hand (--log_completions); lower --max_completion_length or add a length "
+                "penalty to the reward",
+                f"the reward rises with completion length ({length[-LENGTH_WINDOW]:.0f} -> {length[-1]:.0f} "
+                f"tokens over {LENGTH_WINDOW} logs): the policy may be exploiting length rather than quality",
+                logs=1,
+            )
+        kl = s.get("kl_per_token", [])
+        if new_kl and sustained(kl, KL_MAX, WINDOW):
+            control = "--beta" if flags.get("kind") == "grpo" else "--kl_coef (or set --target_kl)"
+            yield self._alarm(
+                "kl_runaway", "kl per token", kl[-1], KL_MAX, step, f"lower --learning_rate or raise {control}",
+                "the policy has drifted far from the reference model",
+            )
+        entropy = s.get("entropy_per_token", [])
+        if new_entropy and sustained(entropy, ENTROPY_MIN, WINDOW, below=True):
+            yield self._alarm(
+                "entropy_collapse", "entropy per token", entropy[-1], ENTROPY_MIN, step,
+                "lower --learning_rate, raise --temperature, or resume from an earlier checkpoint",
+                "the policy samples nearly the same tokens every time (entropy collapse)",
+                comparison="<",
+            )
+
+    def reward_accuracy(self, accuracy, num_pairs, step):
+        """The reward model's held-out pairwise accuracy, checked once at the end: near chance is an alarm."""
+        if accuracy is None or accuracy > REWARD_ACCURACY_MIN or "reward_accuracy_near_chance" in self.raised:
+            return None
+        alarm = self._alarm(
+            "reward_accuracy_near_chance", "held-out pairwise accuracy", accuracy, REWARD_ACCURACY_MIN, step,
+            "train longer (--max_steps, --num_train_epochs) or on more pairs (--max_samples), or check that chosen "
+            "and rejected are not swapped in the data",
+            f"the reward model ranks {accuracy:.0%} of {num_pairs} held-out pairs right: no better than chance (50%)",
+            comparison="<=", logs=1,
+        )
+        self.raised.add(alarm.name)
+        self.alarms.append(alarm)
+        return alarm
+
+    def _alarm(self, name, metric, value, threshold, step, advice, what, comparison=">", logs=WINDOW):
+        window = f" for {logs} logs" if logs > 1 else ""
+        line = f"health: {what} ({metric} {value:.3g} {comparison} {threshold:g}{window}, step {step}): {advice}"
+        return Alarm(name, metric, round(float(value), 6), threshold, int(step), advice, line)
+
+
+def health_callback(flags, raised=()):
+    """The `TrainerCallback` that feeds each log to a `HealthMonitor`, prints each new alarm (main process) and adds
+    `health/<name>` = 1 to the log, which the reporting callbacks placed after it (TensorBoard) then write."""
+    from transformers import TrainerCallback
+
+    from rlhf.processes import is_main_process
+
+    class HealthCallback(TrainerCallback):
+        def __init__(self):
+            self.monitor = HealthMonitor(flags, raised)
+            self.reporters = []  # the reporting callbacks after it (log_after_training writes beside them)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs:
+                return
+            for alarm in self.monitor.observe(logs, state.global_step):
+                logs[f"health/{alarm.name}"] = 1.0
+                if is_main_process():
+                    print(alarm.line, flush=True)
+
+    return HealthCallback()
+
+
+def log_after_training(reporters, step, alarm):
+    """Write `health/<name>` = 1 for an alarm raised once training has ended (the reward model's accuracy), when the
+    run's TensorBoard writer is closed: a new event file in its folder (`reporters`: the run's reporting callbacks)."""
+    folder = next((reporter.logging_dir for reporter in reporters if getattr(reporter, "logging_dir", None)), None)
+    if folder is None:
+        return
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=folder)
+    writer.add_scalar(f"train/health/{alarm.name}", 1.0, step)
+    writer.close()

@@ -1,0 +1,184 @@
+"""Health checks: the pure detection functions, the monitor on made-up logs, and tiny runs built to trigger each
+alarm that a tiny model can show (cut-off completions, no learning signal, a reward model at chance)."""
+
+import json
+
+import pytest
+
+from conftest import assert_ok, grpo_args, run_script, scalars
+from rlhf import health, tiny
+from rlhf.health import HealthMonitor, correlation, length_hacking, slope, sustained
+from test_report import assert_report
+
+
+def test_sustained_needs_the_whole_window_beyond_the_threshold():
+    assert sustained([0.1, 0.9, 0.8, 0.7], 0.5, 3)
+    assert not sustained([0.9, 0.9, 0.4, 0.9], 0.5, 3)  # one log below breaks the run
+    assert not sustained([0.9, 0.9], 0.5, 3)  # too few logs yet
+    assert sustained([0.0, 0.0, 0.0], 1e-8, 3, below=True)
+
+
+def test_correlation_and_slope():
+    assert correlation([1, 2, 3, 4], [2, 4, 6, 8]) == pytest.approx(1.0)
+    assert correlation([1, 2, 3, 4], [8, 6, 4, 2]) == pytest.approx(-1.0)
+    assert correlation([1, 2, 3], [5, 5, 5]) is None  # a constant series has no correlation
+    assert correlation([1, 2], [1, 2]) is None
+    assert slope([1, 3, 5, 7]) == pytest.approx(2.0)
+    assert slope([5]) == 0.0
+
+
+def test_length_hacking_needs_both_rising_together_and_the_length_up_by_half():
+    rewards = [0.1 * i for i in range(8)]
+    assert length_hacking(rewards, [20 + 3 * i for i in range(8)]) == pytest.approx(1.0)  # 20 -> 41 tokens
+    assert length_hacking(rewards, [20 + i for i in range(8)]) is None  # 20 -> 27: up by less than half
+    assert length_hacking(rewards, [40 - 3 * i for i in range(8)]) is None  # shorter answers, higher reward: fine
+    assert length_hacking(rewards[:5], [20 + 3 * i for i in range(5)]) is None  # fewer logs than the window
+    noisy = [20, 60, 22, 58, 25, 61, 30, 65]  # long, not correlated with the reward
+    assert length_hacking(rewards, noisy) is None
+
+
+def logs(**values):
+    return {key.replace("__", "/"): value for key, value in values.items()}
+
+
+def test_each_alarm_is_raised_once_with_one_line_naming_metric_threshold_step_and_flag():
+    monitor = HealthMonitor({"kind": "grpo", "max_completion_length": 3})
+    raised = [monitor.observe(logs(completions__clipped_ratio=0.97), step) for step in range(1, 6)]
+    assert [len(alarms) for alarms in raised] == [0, 0, 1, 0, 0]
+    alarm = raised[2][0]
+    assert alarm.line == ("health: 97% of completions hit --max_completion_length 3 without EOS "
+                          "(completions/clipped_ratio 0.97 > 0.6 for 3 logs, step 3): raise --max_completion_length")
+    assert alarm.record() | {"line": None} == {
+        "name": "completions_cut_off", "metric": "completions/clipped_ratio", "value": 0.97, "threshold": 0.6,
+        "step": 3, "advice": "raise --max_completion_length", "line": None}
+
+
+def test_no_signal_and_a_constant_reward_function():
+    monitor = HealthMonitor({"kind": "grpo"})
+    raised = [monitor.observe(logs(frac_reward_zero_std=1.0, rewards__boxed_format__std=0.0,
+                                   rewards__reward_model__std=0.3), step) for step in range(1, 6)]
+    assert [alarm.name for alarm in raised[2]] == ["reward_constant/boxed_format"]
+    assert [alarm.name for alarm in raised[4]] == ["no_learning_signal"]  # over 5 logs: 4 groups move in quarters
+    assert "--reward_funcs boxed_format" in raised[2][0].line
+    assert "--num_generations" in raised[4][0].line and "for 5 logs, step 5" in raised[4][0].line
+    quickstart = HealthMonitor({"kind": "grpo"})  # the math quickstart's first 6 steps
+    assert all(quickstart.observe({"frac_reward_zero_std": f}, step) == []
+               for step, f in enumerate([0.5, 0.0, 0.5, 0.5, 0.25, 1.0, 1.0, 1.0], 1))
+
+
+def test_a_reward_every_completion_came_to_earn_is_no_alarm():
+    monitor = HealthMonitor({"kind": "grpo"})
+    stds = [0.3, 0.2, 0.0, 0.0, 0.0, 0.0]  # the format is learnt: every completion is boxed
+    assert all(monitor.observe({"rewards/boxed_format/std": std}, step) == [] for step, std in enumerate(stds, 1))
+
+
+def test_ppo_kl_and_entropy_are_judged_per_token():
+    # PPO logs sums over a completion: 16 per completion over 16 tokens is 1 per token, at the limit (not above).
+    monitor = HealthMonitor({"kind": "ppo"})
+    for step in (1, 2, 3):
+        fine = logs(objective__kl=16.0, objective__entropy=16.0, completions__mean_length=16)
+        assert monitor.observe(fine, step) == []
+    for step in (4, 5, 6):
+        alarms = monitor.observe(logs(objective__kl=32.0, objective__entropy=0.5, completions__mean_length=16), step)
+    assert {alarm.name for alarm in alarms} == {"kl_runaway", "entropy_collapse"}
+    kl = next(alarm for alarm in alarms if alarm.name == "kl_runaway")
+    assert kl.value == 2.0 and "--kl_coef" in kl.line and "step 6" in kl.line
+
+
+def test_grpo_kl_runaway_names_beta_and_length_hacking_fires_on_reward_rising_with_length():
+    monitor = HealthMonitor({"kind": "grpo"})
+    names = set()
+    for step in range(1, 9):
+        names |= {alarm.name for alarm in monitor.observe(
+            logs(kl=0.3 * step, reward=0.1 * step, completions__mean_length=20 + 4 * step, entropy=1.0), step)}
+    assert names == {"kl_runaway", "reward_hacking_length"}
+    kl = next(alarm for alarm in monitor.alarms if alarm.name == "kl_runaway")
+    assert "--beta" in kl.line and kl.step == 6  # above 1.0 at steps 4, 5 and 6
+    quickstart_start = HealthMonitor({"kind": "grpo"})  # KL multiplying from 0 at the start is no alarm
+    measured = [0, 0.064, 0.19, 0.27, 0.32]
+    assert all(quickstart_start.observe({"kl": kl}, step) == [] for step, kl in enumerate(measured, 1))
+
+
+def test_a_resumed_run_does_not_raise_again_what_it_raised_before():
+    monitor = HealthMonitor({"kind": "grpo"}, raised=["completions_cut_off"])
+    assert all(monitor.observe(logs(completions__clipped_ratio=1.0), step) == [] for step in range(1, 5))
+
+
+def test_reward_accuracy_near_chance():
+    monitor = HealthMonitor({"kind": "reward"})
+    assert monitor.reward_accuracy(1.0, 40, 12) is None
+    alarm = monitor.reward_accuracy(0.55, 40, 12)
+    assert alarm.name == "reward_accuracy_near_chance" and "0.55 <= 0.6" in alarm.line and "--max_steps" in alarm.line
+    assert monitor.reward_accuracy(0.5, 40, 12) is None  # once
+
+
+def test_the_callback_adds_health_values_to_the_log_and_prints_once(capsys):
+    callback = health.health_callback({"kind": "grpo", "max_completion_length": 3})
+
+    class State:
+        global_step = 0
+
+    seen = []
+    for step in range(1, 5):
+        State.global_step = step
+        log = {"completions/clipped_ratio": 1.0}
+        callback.on_log(None, State, None, logs=log)
+        seen.append(log.get("health/completions_cut_off"))
+    assert seen == [None, None, 1.0, None]
+    assert capsys.readouterr().out.count("health: ") == 1
+
+
+def read_report(folder):
+    return json.loads((folder / "run_report.json").read_text())
+
+
+@pytest.mark.slow
+def test_grpo_with_three_token_completions_warns_they_are_cut_off(tiny_models, tmp_path):
+    out = tmp_path / "run"
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "3",
+                                                    "--max_completion_length", "3"))
+    assert_ok(result)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("health:")]
+    assert len(lines) == 1 and "--max_completion_length 3" in lines[0], result.stdout[-3000:]
+    assert "step 3" in lines[0] and lines[0].endswith("raise --max_completion_length")
+    assert scalars(out)["train/health/completions_cut_off"] == [(3, 1.0)]
+    report = read_report(out)
+    assert [alarm["name"] for alarm in report["health"]] == ["completions_cut_off"]
+    assert report["health"][0]["step"] == 3 and report["health"][0]["threshold"] == 0.6
+    assert "completions hit --max_completion_length 3" in (out / "run_report.md").read_text()
+    assert_report(out, "train_grpo.py", 3)
+
+
+MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
+
+
+@pytest.mark.slow
+def test_grpo_whose_reward_never_varies_in_a_group_warns_there_is_no_learning_signal(tiny_models, tmp_path):
+    # A random tiny model never writes \boxed{}: boxed_format gives every completion the same 0.
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
+    out = tmp_path / "run"
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--dataset_name", data, "--max_steps", "5",
+                                                    "--reward_funcs", "boxed_format", "--save_steps", "5"))
+    assert_ok(result)
+    assert "health: in 100% of groups every completion got the same reward" in result.stdout, result.stdout[-3000:]
+    names = {alarm["name"] for alarm in read_report(out)["health"]}
+    assert {"no_learning_signal", "reward_constant/boxed_format"} <= names  # (and cut off: it never writes EOS)
+    logged = scalars(out)
+    assert logged["train/health/no_learning_signal"] == [(5, 1.0)]
+
+
+@pytest.mark.slow
+def test_a_reward_model_no_better_than_chance_is_an_alarm(tiny_models, tmp_path):
+    # chosen == rejected: no model can rank them, and a tie counts as wrong.
+    rows = [dict(row, rejected=row["chosen"]) for row in tiny.orca_rows(30)]
+    data = tiny.write_jsonl(tmp_path / "pairs.jsonl", rows)
+    out = tmp_path / "reward"
+    result = run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name", data,
+                        "--output_dir", out, "--max_steps", "2", "--per_device_train_batch_size", "4",
+                        "--eval_samples", "6", "--save_steps", "2", "--logging_steps", "1")
+    assert_ok(result)
+    assert "health: the reward model ranks 0% of 6 held-out pairs right" in result.stdout, result.stdout[-3000:]
+    report = read_report(out)
+    assert [alarm["name"] for alarm in report["health"]] == ["reward_accuracy_near_chance"]
+    assert report["finished"] is True
+    assert scalars(out)["train/health/reward_accuracy_near_chance"] == [(2, 1.0)]
