@@ -531,13 +531,14 @@ class TrainingRun:
         self.health.monitor.alarms.extend(earlier)
         self.report = RunReport(self.output_dir, self.script, settings(self.configs, read_manifest(self.output_dir)),
                                 self.health.monitor)
-        kinds = get_reporting_integration_callbacks(trainer.args.report_to)
-        reporters = [trainer.pop_callback(kind) for kind in kinds]
-        trainer.add_callback(self.health)
-        self.health.reporters = [reporter for reporter in reporters if reporter is not None]
-        for reporter in reporters:
-            if reporter is not None:
-                trainer.add_callback(reporter)
+        # The health check goes right before the reporting integrations (TensorBoard...), which stay where they are:
+        # its on_log adds `health/` keys for them to write, and callbacks after them (the held-out evaluation) find
+        # them set up by their on_train_begin (TensorBoard's writer would otherwise open under the working folder).
+        reporters = tuple(get_reporting_integration_callbacks(trainer.args.report_to))
+        callbacks = trainer.callback_handler.callbacks
+        first = next((i for i, callback in enumerate(callbacks) if isinstance(callback, reporters)), len(callbacks))
+        callbacks.insert(first, self.health)
+        self.health.reporters = [callback for callback in callbacks if isinstance(callback, reporters)]
         trainer.add_callback(report_callback(self.report))
 
     def check_reward_accuracy(self, trainer, accuracy, num_pairs):

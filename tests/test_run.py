@@ -252,9 +252,6 @@ class Trainer:
     def add_callback(self, callback):
         self.callbacks.append(callback)
 
-    def pop_callback(self, kind):
-        return None
-
     def train(self, resume_from_checkpoint=None):
         self.state.global_step = 10
         if self.fails:
