@@ -31,7 +31,8 @@ def test_a_second_run_is_refused_while_the_first_runs_and_a_killed_runs_lock_is_
     assert not lock.exists()  # released at the end
     manifest = json.loads((out / "run_manifest.json").read_text())
     assert manifest["resolved"] == {"device": "cpu", "dtype": "float32", "reward_model_dtype": "float32",
-                                    "distributed_type": "NO", "num_processes": 1}
+                                    "distributed_type": "NO", "num_processes": 1,
+                                    "engine": {"distributed_type": "NO", "num_processes": 1, "sharded": []}}
     # Each checkpoint carries the settings that produced it.
     assert json.loads((out / "checkpoint-2" / "run_manifest.json").read_text())["config"] == manifest["config"]
 
