@@ -17,7 +17,7 @@ from rlhf.processes import launched_processes
 from rlhf.run import check_engine_launch
 
 # Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
-# from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (README: Performance).
+# from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (docs/performance.md).
 GPU_PROMPTS_PER_GENERATION = 64
 
 
@@ -196,7 +196,7 @@ class RewardModelArguments:
         metadata={
             "help": "Dtype the frozen reward model loads in: auto (bfloat16 when training on a CUDA GPU, else "
             "--dtype), float32, bfloat16 or float16. bfloat16 halves its memory; on CPU its speed depends on the "
-            "processor (README: Performance)."
+            "processor (docs/performance.md)."
         },
     )
 
@@ -255,7 +255,7 @@ class RunDefaults:
         default=False,
         metadata={
             "help": "bf16 autocast (mixed precision over float32 weights). Off: on a GPU, TF32 (--tf32) was measured "
-            "faster for a model of this size (README: Performance)."
+            "faster for a model of this size (docs/performance.md)."
         },
     )
     tf32: bool | None = field(

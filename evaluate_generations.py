@@ -17,7 +17,7 @@ accuracy gain over the baseline (paired 95% interval) are reported too.
 Prompts are drawn from the rows after the first `--train_samples` (the rows training used), so they are
 held out by default. The JSON records the prompts' dataset rows and what scored them, and is saved after each
 model: Ctrl-C (or SIGTERM) keeps the models already finished, marked `"complete": false`, and exits with 130.
-See the README for the JSON layout.
+See docs/evaluation.md for the JSON layout.
 """
 
 import functools

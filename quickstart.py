@@ -38,7 +38,7 @@ MATH_SYSTEM_PROMPT = (
     "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. \\boxed{5}"
 )
 
-# Settings per task and machine, chosen by measurement (README: Quickstart) so that training still helps and the CPU
+# Settings per task and machine, chosen by measurement (docs/results.md) so that training still helps and the CPU
 # runs take at most 15 minutes (math) and about 20 (reward model) on 2 cores.
 SETTINGS = {
     ("rm", "cpu"): {

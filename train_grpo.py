@@ -109,7 +109,7 @@ def main(model_args, data_args, reward_args, training_args):
                        Sampling.temperature, Sampling.top_p, run.checkpoint)
     run.train(trainer)
 
-    # With LoRA this saves the adapter; README "Output" shows how to merge it into a full model.
+    # With LoRA this saves the adapter; docs/training.md shows how to merge it into a full model.
     run.save(trainer, tokenizer)
     run.finish(trainer, f"Saved the final {'adapter' if model_args.use_peft else 'model'} to "
                f"{training_args.output_dir}.")

@@ -52,7 +52,7 @@ from rlhf.errors import UserError  # noqa: E402
 
 # Fixed settings of each suite (flags given on the command line still win). Chosen for the time budget: the GPU suite
 # in under 9 minutes on one H100 (estimated from the timings, not yet run on a GPU), the CPU suite in under
-# 10 minutes on 2 cores (measured: README "Performance").
+# 10 minutes on 2 cores (measured: docs/performance.md).
 SUITES = {
     "gpu": {"runs": ["grpo_trl_settings", "trl_grpo", "grpo", "grpo_lora", "ppo", "grpo_vllm"], "device": "cuda",
             "model": "bundled", "max_completion_length": 256, "steps": 3, "warmup_steps": 1,

@@ -431,7 +431,7 @@ def reward_model_dtype(choice, dtype, on_gpu):
     """The dtype the frozen reward model loads in: `auto` is bfloat16 on a GPU, else the policy's `dtype`.
 
     In bfloat16 it takes half the memory and scores faster on a GPU; its scores track float32 closely but not
-    exactly (README: Performance), which is why a CPU run, where bf16 speed depends on the processor, keeps float32.
+    exactly (docs/performance.md), which is why a CPU run, where bf16 speed depends on the processor, keeps float32.
     """
     if choice == "auto":
         return "bfloat16" if on_gpu else dtype

@@ -49,7 +49,7 @@ def test_lora_run_saves_an_adapter_that_merges_into_a_full_model(tiny_models, tm
     assert [step for step, _ in scalars(out)["train/kl"]] == [1, 2]
     adapter_config = json.loads((out / "adapter_config.json").read_text())
     assert (adapter_config["r"], adapter_config["lora_alpha"]) == (16, 32)
-    merged = AutoPeftModelForCausalLM.from_pretrained(out).merge_and_unload()  # the README's merge recipe
+    merged = AutoPeftModelForCausalLM.from_pretrained(out).merge_and_unload()  # docs/training.md's merge recipe
     assert type(merged).__name__ == "LlamaForCausalLM"
 
 
