@@ -344,8 +344,9 @@ class StopOnSignal:
     """While active, the first SIGINT or SIGTERM raises `Interrupted` where the evaluation is, so that what is
     finished can be saved; a second one aborts at once (KeyboardInterrupt).
 
-    Python drops (and prints) an exception raised inside a finalizer (`__del__`, run whenever objects are freed):
-    a signal landing there is only recorded, and `check()`, called between batches and models, raises it.
+    Python drops (and prints) an exception raised inside a finalizer (`__del__`, or a weakref callback such as
+    `WeakValueDictionary`'s `remove`, run whenever objects are freed): a signal landing there is only recorded, and
+    `check()`, called between batches and models, raises it.
     """
 
     def __init__(self):
@@ -364,7 +365,7 @@ class StopOnSignal:
         if self.received:
             raise KeyboardInterrupt
         self.received = signal.Signals(signum).name
-        while frame is not None and frame.f_code.co_name != "__del__":
+        while frame is not None and not _finalizer(frame.f_code):
             frame = frame.f_back
         if frame is None:  # not within a finalizer
             raise Interrupted(self.received)
@@ -372,3 +373,9 @@ class StopOnSignal:
     def check(self):
         if self.received:
             raise Interrupted(self.received)
+
+
+def _finalizer(code):
+    """Whether `code` may run as a finalizer, where Python prints and drops an exception: `__del__`, or anything in
+    weakref.py (its callbacks; deferring a signal that lands in its other code only delays it to `check()`)."""
+    return code.co_name == "__del__" or Path(code.co_filename).name == "weakref.py"

@@ -290,6 +290,29 @@ def test_a_signal_that_lands_in_a_finalizer_is_kept_for_the_next_check(monkeypat
     assert not dropped
 
 
+def test_a_signal_that_lands_in_a_weakref_callback_is_kept_for_the_next_check(monkeypatch):
+    """As a finalizer: a weakref callback (WeakValueDictionary's `remove`, `weakref.finalize`) drops what it raises."""
+    import weakref
+
+    from rlhf.evaluation import Interrupted, StopOnSignal
+
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+
+    class Freed:
+        pass
+
+    def on_free():
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(10_000))  # the handler runs here, inside weakref.py's callback
+
+    with StopOnSignal() as stop:
+        weakref.finalize(Freed(), on_free)
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            stop.check()
+    assert not dropped
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_the_finished_models_marked_partial(tiny_models, tmp_path):
     out = tmp_path / "eval.json"
