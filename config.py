@@ -225,6 +225,9 @@ class RewardArguments(RewardModelArguments):
             note(self, "reward_model_name_or_path", f"note: --reward_model_name_or_path "
                  f"{self.reward_model_name_or_path} is not used: --reward_funcs has no reward_model (add it to score "
                  "with the model too)")
+        after = getattr(super(), "__post_init__", None)  # a base of PPO's training config: TRL's checks come next
+        if after is not None:
+            after()
 
     @property
     def boxed_rewards(self):

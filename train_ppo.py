@@ -2,6 +2,8 @@ r"""Align a causal LM to a frozen reward model with PPO (TRL 1.12's experimental
 
 Four models: the policy (trained), a frozen reference (KL penalty), the frozen reward model and a value model
 (trained, starting from the reward model). With LoRA the reference is the policy with its adapter disabled.
+`--reward_funcs` scores with GRPO's reward functions instead or as well (the math verifier, your own); without a
+reward model the value model starts from the policy, with a new one-output head.
 
 Usage:
 
@@ -9,6 +11,7 @@ Usage:
     python train_ppo.py --use_peft
     python train_ppo.py --target_kl 6                      # adaptive KL coefficient instead of a fixed one
     python train_ppo.py --config my_ppo.yaml --total_episodes 2000
+    python train_ppo.py --dataset_name data/math_train.jsonl --reward_funcs boxed_answer boxed_format
 
 The reward model must share the policy's tokenizer: PPO feeds it the policy's token ids (GRPO has no such limit).
 Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one; on a finished run
@@ -32,29 +35,41 @@ from rlhf.models import (
 from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 from rlhf.processes import is_main_process
 from rlhf.reward import check_reward_model, check_value_model, ensure_distinct_pad
+from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
 from rlhf.run import start_run
 
 
 def main(model_args, data_args, training_args):
     # Imported here, inside cli(): a TRL release other than the pinned one is then refused in one line.
-    from rlhf.ppo import VALUE_MODEL_DIR, ResumablePPOTrainer, check_same_tokenizer, load_ppo_models
+    from rlhf.ppo import (
+        VALUE_MODEL_DIR,
+        PPORewards,
+        ResumablePPOTrainer,
+        check_same_tokenizer,
+        load_ppo_models,
+        value_model_source,
+    )
 
     configs = (model_args, data_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
     policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_name_or_path
-    value_path = training_args.value_model_path or reward_path
+    value_path = value_model_source(training_args, policy_path)
+    reward_funcs = training_args.reward_funcs
     check_model_source(policy_path, "model", "--model_name_or_path")
     lengths = {"--max_prompt_length": data_args.max_prompt_length,
                "--max_completion_length": training_args.max_completion_length}
     policy = check_policy(policy_path, "--model_name_or_path", lengths, training_args.trust_remote_code)
     check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
-    check_reward_model(reward_path, training_args.trust_remote_code)
+    check_reward_weights(training_args.reward_weights, reward_funcs)
+    if "reward_model" in reward_funcs:
+        check_reward_model(reward_path, training_args.trust_remote_code)
     check_value_model(value_path, training_args.trust_remote_code)
     check_quantization(model_args)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
-    check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_name_or_path",
-                         training_args.trust_remote_code)
+    if "reward_model" in reward_funcs:  # it reads the policy's token ids; the other functions read text
+        check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_name_or_path",
+                             training_args.trust_remote_code)
     check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)
     run = start_run("train_ppo.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
     resume_from = run.checkpoint
@@ -69,6 +84,7 @@ def main(model_args, data_args, training_args):
     # Dataset: chat-templated prompts, tokenized
     ################
     rows = load_rows(data_args.dataset_name, data_args.dataset_train_split, data_args.max_samples)
+    check_reward_columns(reward_funcs, data_args.dataset_name, rows.column_names)
     prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
     train_dataset = tokenize_prompts(prompts, tokenizer)
     note = check_prompts_fill_batches(len(train_dataset), training_args.prompts_per_rollout, "--prompts_per_rollout",
@@ -78,13 +94,17 @@ def main(model_args, data_args, training_args):
     if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
         from rlhf import heldout
 
-        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, ["reward_model"])
+        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_funcs)
 
     ################
     # Models (from the checkpoint when resuming)
     ################
     run.record()
     policy, ref_policy, reward_model, value_model = load_ppo_models(model_args, training_args, tokenizer, resume_from)
+    functions = load_reward_funcs(reward_funcs, lambda: reward_model, training_args.boxed_rewards)
+    if reward_funcs != ["reward_model"] or training_args.reward_weights:  # else TRL scores with the model alone
+        reward_model = PPORewards(reward_funcs, functions, training_args.reward_weights, tokenizer, prompts,
+                                  train_dataset["input_ids"])
 
     ################
     # Training
@@ -102,12 +122,13 @@ def main(model_args, data_args, training_args):
     )
     if resume_from:
         trainer.resume(resume_from, load_adapter=model_args.use_peft)
-    if training_args.eval_prompts:  # scored by the frozen reward model that PPO trains against
+    if training_args.eval_prompts:  # scored by the rewards PPO trains on
         from rlhf.reward import RewardModelScorer
 
-        scorer = RewardModelScorer(trainer.reward_model, tokenizer, training_args.reward_model_name_or_path)
-        heldout.attach(trainer, lambda: trainer.trained_policy, tokenizer, held_out, [scorer], None,
-                       Sampling.temperature, Sampling.top_p, resume_from,
+        scorers = [RewardModelScorer(func, tokenizer, reward_path) if name == "reward_model" else func
+                   for name, func in zip(reward_funcs, functions)]
+        heldout.attach(trainer, lambda: trainer.trained_policy, tokenizer, held_out, scorers,
+                       training_args.reward_weights, Sampling.temperature, Sampling.top_p, resume_from,
                        aside=trainer.generating_aside)
     run.train(trainer, train=trainer.train)
 

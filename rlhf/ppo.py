@@ -1,4 +1,5 @@
-"""What PPO needs beyond TRL 1.12's `trl.experimental.ppo.PPOTrainer`: adaptive KL, resume, a saved value model.
+"""What PPO needs beyond TRL 1.12's `trl.experimental.ppo.PPOTrainer`: reward functions, adaptive KL, resume, a
+saved value model.
 
 TRL's `PPOTrainer.train()` is one loop that always starts at step 0 and saves only the policy. Without copying
 that loop, and through the named hooks of `rlhf.trl_compat.ppo.PPOTrainerHooks` (this module touches nothing
@@ -11,14 +12,19 @@ private of TRL's), `ResumablePPOTrainer` adds:
 - adaptive KL: with `--target_kl`, the KL coefficient follows a target KL (Ziegler et al. 2019); it is logged as
   `objective/kl_coef` at every step either way;
 - `completions/mean_length`, `min_length`, `max_length` and `clipped_ratio`, under GRPO's names: TRL's PPO logs
-  no completion length, which is where length hacking shows.
+  no completion length, which is where length hacking shows;
+- `PPORewards`: GRPO's `--reward_funcs` (the verifier, a user's function, the reward model) and `--reward_weights`
+  in the reward model's place, each function logged as `rewards/<name>/mean` and `std`, as GRPO logs it.
 """
 
+import contextlib
 import json
 from pathlib import Path
 
+import torch
+
 from rlhf.errors import UserError
-from rlhf.trl_compat import PPOTrainerHooks
+from rlhf.trl_compat import PPOTrainerHooks, reward_model_scores
 
 VALUE_MODEL_DIR = "value_model"
 PPO_STATE = "ppo_state.json"
@@ -39,11 +45,20 @@ def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
         )
 
 
+def value_model_source(training_args, policy_path):
+    """Where the value model starts: --value_model_path, else the reward model when it scores (its head already
+    reads these completions), else the policy (a new one-output head on its body)."""
+    if training_args.value_model_path:
+        return training_args.value_model_path
+    return training_args.reward_model_name_or_path if "reward_model" in training_args.reward_funcs else policy_path
+
+
 def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     """The policy, its frozen reference (None with LoRA: the policy with its adapter off), the frozen reward model
-    and the value model, for `tokenizer`'s pad token. Resuming, full weights come from the checkpoint `resume_from`
-    (a LoRA adapter is loaded by `ResumablePPOTrainer.resume`). Call it after `record_launch`: the policy starts from
-    `trainable_model_path`, which merges an adapter into the output folder."""
+    (None when --reward_funcs has no reward_model) and the value model, for `tokenizer`'s pad token. Resuming, full
+    weights come from the checkpoint `resume_from` (a LoRA adapter is loaded by `ResumablePPOTrainer.resume`). Call it
+    after `run.record()`: the policy starts from `trainable_model_path`, which merges an adapter into the output
+    folder."""
     from transformers import AutoModelForCausalLM
 
     from rlhf.models import (
@@ -65,13 +80,13 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
     ref_policy = None if model_args.use_peft else AutoModelForCausalLM.from_pretrained(
         start, **load_kwargs(model_args.dtype, trust, pad_token_id=pad))
-    gpu = on_gpu(training_args.use_cpu)
-    scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, gpu)
-    reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
-    reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
-    value_source = (
-        Path(resume_from) / VALUE_MODEL_DIR if resume_from else training_args.value_model_path or reward_path
-    )
+    reward_model = None
+    if "reward_model" in training_args.reward_funcs:
+        gpu = on_gpu(training_args.use_cpu)
+        scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, gpu)
+        reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
+        reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
+    value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else value_model_source(training_args, start)
     value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
     # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
     policy.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -102,6 +117,72 @@ def completion_lengths(completions, stop_token_id):
     return torch.where(clipped, completions.shape[1], first_stop + 1), clipped
 
 
+class PPORewards(torch.nn.Module):
+    """GRPO's reward functions, summed with their weights, in the place of PPO's reward model.
+
+    TRL's PPO scores a rollout's token ids with a sequence classifier (`rlhf.trl_compat.ppo`, `_get_reward`). Here the
+    completions are decoded as GRPO decodes them (special tokens dropped, one assistant message each) and passed with
+    their prompt conversation and every other column of their dataset row (e.g. `ground_truth`) to each function, in
+    TRL's reward-function signature; `reward_model` scores the policy's token ids as TRL does.
+
+    `funcs`: from `rlhf.reward_funcs.load_reward_funcs`, one per name (the reward model itself for `reward_model`);
+    `prompts`: the prompt dataset (`build_prompt_dataset`), `token_ids`: its rows as PPO's input ids, in its order.
+    """
+
+    def __init__(self, names, funcs, weights, tokenizer, prompts, token_ids):
+        super().__init__()
+        self.names, self.funcs, self.weights = list(names), list(funcs), list(weights or [1.0] * len(names))
+        self.reward_model = funcs[self.names.index("reward_model")] if "reward_model" in self.names else None
+        self.tokenizer = tokenizer
+        self.rows = prompts.to_list()
+        self.row_of = {tuple(ids): i for i, ids in enumerate(token_ids)}  # a batch's prompt ids -> its dataset row
+        self.recorded = {name: [] for name in self.names}  # each function's scores since the last log
+        self.recording = True  # off while the policy generates aside (TRL's sample table)
+        self.trainer_state = None  # set by the trainer: a callable giving its state (reward functions get it)
+
+    def score_completions(self, query_responses, context_length):
+        """The weighted sum of the functions' scores of each sequence (prompt left-padded, then the completion,
+        padded after its stop token)."""
+        pad = self.tokenizer.pad_token_id
+        total = torch.zeros(len(query_responses), device=query_responses.device)
+        inputs = None
+        for name, func, weight in zip(self.names, self.funcs, self.weights):
+            if name == "reward_model":
+                values = reward_model_scores(self.reward_model, query_responses, pad, context_length).float()
+            else:
+                inputs = inputs or self._function_inputs(query_responses, context_length)
+                values = torch.tensor(func(**inputs), dtype=torch.float32, device=total.device)
+            if self.recording:
+                self.recorded[name].append(values)
+            total += weight * values
+        return total
+
+    def _function_inputs(self, query_responses, context_length):
+        """What a reward function receives for these sequences: prompts, completions and the rows' other columns."""
+        pad = self.tokenizer.pad_token_id
+        rows = []
+        for ids in query_responses[:, :context_length].tolist():
+            start = next((i for i, token in enumerate(ids) if token != pad), len(ids))  # after the left padding
+            rows.append(self.rows[self.row_of[tuple(ids[start:])]])
+        texts = self.tokenizer.batch_decode(query_responses[:, context_length:], skip_special_tokens=True)
+        columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+        state = self.trainer_state() if self.trainer_state else None
+        return {"prompts": [row["prompt"] for row in rows],
+                "completions": [[{"role": "assistant", "content": text}] for text in texts],
+                "trainer_state": state, **columns}
+
+    def recorded_metrics(self, gather):
+        """`rewards/<name>/mean` and `std` of the scores since the last call, over all processes (`gather`)."""
+        metrics = {}
+        for name, values in self.recorded.items():
+            if values:
+                scores = gather(torch.cat(values))
+                metrics[f"rewards/{name}/mean"] = scores.mean().item()
+                metrics[f"rewards/{name}/std"] = scores.std().item() if len(scores) > 1 else 0.0
+            self.recorded[name] = []
+        return metrics
+
+
 class ResumablePPOTrainer(PPOTrainerHooks):
     """TRL's PPOTrainer with adaptive KL, completion lengths in the logs, resume, and a saved value model.
 
@@ -111,6 +192,9 @@ class ResumablePPOTrainer(PPOTrainerHooks):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._lengths, self._clipped = [], []  # of the completions generated since the last log
+        self.rewards = kwargs.get("reward_model") if isinstance(kwargs.get("reward_model"), PPORewards) else None
+        if self.rewards is not None:
+            self.rewards.trainer_state = lambda: self.state
 
     def record_completions(self, completions, stop_token_id):
         lengths, clipped = completion_lengths(completions, stop_token_id)
@@ -123,6 +207,8 @@ class ResumablePPOTrainer(PPOTrainerHooks):
             logs["objective/kl_coef"] = self.kl_coef  # the coefficient this batch was trained with
             if self._lengths:
                 logs.update(self._completion_metrics())
+            if self.rewards is not None:
+                logs.update(self.rewards.recorded_metrics(self.accelerator.gather_for_metrics))
             if self.args.target_kl:  # objective/kl is the mean over all processes: each adapts the same way
                 self.kl_coef = adaptive_kl_coef(self.kl_coef, logs["objective/kl"], self.args.target_kl,
                                                 self.args.batch_size, self.args.kl_horizon)
@@ -141,6 +227,18 @@ class ResumablePPOTrainer(PPOTrainerHooks):
             "completions/max_length": lengths.max().item(),
             "completions/clipped_ratio": clipped.mean().item(),
         }
+
+    @contextlib.contextmanager
+    def generating_aside(self):
+        recording = self.rewards is not None and self.rewards.recording
+        if self.rewards is not None:
+            self.rewards.recording = False
+        try:
+            with super().generating_aside():
+                yield
+        finally:
+            if self.rewards is not None:
+                self.rewards.recording = recording
 
     def save_extra_checkpoint_files(self, checkpoint):
         """The value model and the KL coefficient: TRL's checkpoints hold only the policy."""

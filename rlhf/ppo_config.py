@@ -1,6 +1,7 @@
 """`PPOTrainingConfig`: TRL's `PPOConfig` (trl.experimental.ppo in TRL 1.12) with this package's defaults, adaptive
-KL, the value model's source and `prompts_per_rollout`; `PPOModelArguments`: the model arguments, where TRL's
-`--sft_model_path` names the policy too. Imported by train_ppo.py alone; pickle finds the config here."""
+KL, GRPO's reward functions, the value model's source and `prompts_per_rollout`; `PPOModelArguments`: the model
+arguments, where TRL's `--sft_model_path` names the policy too. Imported by train_ppo.py alone; pickle finds the config
+here."""
 
 from dataclasses import dataclass, field
 
@@ -8,7 +9,7 @@ from config import (
     GPU_PROMPTS_PER_GENERATION,
     HeldOutArguments,
     ModelArguments,
-    RewardModelArguments,
+    RewardArguments,
     RunDefaults,
     at_least,
     change,
@@ -27,7 +28,7 @@ class PPOModelArguments(ModelArguments):
 
 
 @dataclass
-class PPOTrainingConfig(RewardModelArguments, HeldOutArguments, RunDefaults, PPOConfig):
+class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfig):
     """TRL's `PPOConfig` with this package's defaults.
 
     A rollout (TRL's batch, one logged step) generates `prompts_per_rollout` completions, one per prompt, then runs
@@ -42,8 +43,13 @@ class PPOTrainingConfig(RewardModelArguments, HeldOutArguments, RunDefaults, PPO
         default="./ppo_training_output",
         metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest, the policy and value model go."},
     )
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."}
+    )
     value_model_path: str | None = field(
-        default=None, metadata={"help": "Where the value model starts from (default: the reward model)."}
+        default=None,
+        metadata={"help": "Where the value model starts from (default: the reward model when --reward_funcs has "
+                  "reward_model, else the policy with a new one-output head)."},
     )
     trust_remote_code: bool = field(
         default=False, metadata={"help": "Allow models and tokenizers that ship their own Python code (off: safer)."}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars
 from rlhf import tiny
 
 MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
@@ -93,3 +93,89 @@ def test_evaluation_reports_format_rate_verifier_accuracy_and_the_gain(tiny_mode
     assert (comparison["accuracy_delta"], comparison["accuracy_delta_ci_low"],
             comparison["accuracy_delta_ci_high"]) == (0.0, 0.0, 0.0)
     assert "accuracy gain vs baseline" in result.stdout
+
+
+PPO_CUSTOM = '''
+def brevity(prompts, completions, ground_truth, trainer_state=None, **kwargs):
+    # what GRPO passes: the prompt conversation, one assistant message per completion, the row's columns
+    import re
+
+    assert prompts[0][-1]["role"] == "user" and completions[0][0]["role"] == "assistant"
+    for prompt, answer in zip(prompts, ground_truth):  # each completion's own row
+        a, b = re.search(r"What is (\\d+) \\+ (\\d+)", prompt[-1]["content"]).groups()
+        assert int(a) + int(b) == int(answer), (prompt, answer)
+    assert trainer_state is None or trainer_state.global_step >= 0
+    return [-len(c[0]["content"]) / 100 for c in completions]
+'''
+
+
+def ppo_math_args(tiny_models, tmp_path, *extra):
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
+    return ppo_args(tiny_models, tmp_path / "run", "--dataset_name", data, "--total_episodes", "4",
+                    "--system_prompt", r"Put your final answer within \boxed{}.", *extra)
+
+
+@pytest.mark.slow
+def test_ppo_with_the_verifier_and_a_custom_function_and_no_reward_model(tiny_models, tmp_path):
+    (tmp_path / "my_rewards.py").write_text(PPO_CUSTOM)
+    # No reward model anywhere: the value model starts from the policy, with a new one-output head.
+    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "my_rewards.brevity",
+                         "--reward_weights", "1", "0.5", "--reward_model_name_or_path", tmp_path / "no_such_model",
+                         "--missing_eos_penalty", "0")
+    result = run_script("train_ppo.py", *args, cwd=tmp_path)
+    assert_ok(result)
+    assert "note: --reward_model_name_or_path" in result.stdout and "is not used" in result.stdout
+    logged = scalars(tmp_path / "run")
+    # A random tiny model never writes \boxed{...}: every completion gets the "no answer" reward.
+    assert {value for _, value in logged["train/rewards/boxed_answer/mean"]} == {-0.5}
+    brevity = dict(logged["train/rewards/my_rewards.brevity/mean"])
+    for step, score in logged["train/objective/scores"]:  # PPO's score is the weighted sum of the functions
+        assert score == pytest.approx(-0.5 + 0.5 * brevity[step], abs=1e-5)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    value_model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "value_model")
+    policy = AutoModelForCausalLM.from_pretrained(tiny_models["policy"])
+    reward_model = AutoModelForSequenceClassification.from_pretrained(tiny_models["reward_model"])
+    assert value_model.score.out_features == 1
+    # Two small optimizer steps away from the policy's body (the tiny reward model's body is another random draw).
+    start = value_model.model.embed_tokens.weight
+    assert torch.allclose(start, policy.model.embed_tokens.weight, atol=1e-3)
+    assert not torch.allclose(start, reward_model.model.embed_tokens.weight, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_ppo_with_a_weighted_mix_of_reward_model_and_function_evaluates_with_both(tiny_models, tmp_path):
+    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "reward_model", "boxed_format",
+                         "--reward_weights", "1.0", "0.5", "--missing_eos_penalty", "0", "--max_samples", "12",
+                         "--eval_prompts", "2", "--eval_steps", "2")
+    assert_ok(run_script("train_ppo.py", *args))
+    logged = scalars(tmp_path / "run")
+    model_mean = dict(logged["train/rewards/reward_model/mean"])
+    format_mean = dict(logged["train/rewards/boxed_format/mean"])
+    for step, score in logged["train/objective/scores"]:
+        assert score == pytest.approx(model_mean[step] + 0.5 * format_mean[step], abs=1e-5)
+    assert [step for step, _ in logged["eval/win_rate_low"]] == [0, 2]
+    record = json.loads((tmp_path / "run" / "heldout_baseline.json").read_text())["record"]
+    assert record["reward_funcs"] == ["reward_model", "boxed_format"] and record["reward_weights"] == [1.0, 0.5]
+
+
+def test_ppo_refuses_boxed_answer_on_data_without_reference_answers(tiny_models, tmp_path, run_cli):
+    args = ppo_args(tiny_models, tmp_path / "run", "--reward_funcs", "boxed_answer")
+    error = error_line(run_cli("train_ppo.py", *args))
+    assert "--reward_funcs boxed_answer needs each row's reference answer" in error
+    assert not (tmp_path / "run").exists()
+
+
+def test_ppo_refuses_mismatched_reward_weights_and_unknown_functions(tiny_models, tmp_path, run_cli):
+    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--reward_weights", "1", "2")
+    assert "--reward_weights has 2 values for 1" in error_line(run_cli("train_ppo.py", *args))
+    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answr")
+    assert "unknown reward function 'boxed_answr'" in error_line(run_cli("train_ppo.py", *args))
+
+
+def test_ppo_checks_the_reward_models_tokenizer_only_when_the_reward_model_scores(tiny_models, tmp_path, run_cli):
+    other = tiny_models["other_reward_model"]
+    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_format", "--reward_model_name_or_path",
+                         other, "--value_model_path", other)
+    assert error_line(run_cli("train_ppo.py", *args)).startswith("error: value model ")  # it reads the ids

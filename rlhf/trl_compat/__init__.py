@@ -18,7 +18,8 @@ Fixes of TRL or transformers behaviour, each named for what it fixes and citing 
 - `close_progress_bar(trainer)` (here): transformers closes its progress bar only when training ends normally.
 
 Hook points where TRL has none: `rlhf/trl_compat/ppo.py`, `PPOTrainerHooks` (`PatchedPPOTrainer` with named
-places for what `rlhf/ppo.py` adds: files in a checkpoint, resume, the completions generated, the KL coefficient).
+places for what `rlhf/ppo.py` adds: files in a checkpoint, resume, the completions generated, the KL coefficient,
+reward functions in the reward model's place).
 
 `tests/test_trl_compat.py` checks each by behaviour on tiny models, and each fix against TRL's own behaviour
 without it.
@@ -81,6 +82,7 @@ _WHERE = {
     "PPOTrainer": "trl.experimental.ppo",
     "PatchedPPOTrainer": "rlhf.trl_compat.ppo_fixes",
     "PPOTrainerHooks": "rlhf.trl_compat.ppo",
+    "reward_model_scores": "rlhf.trl_compat.ppo",
 }
 
 __all__ = ["TRL_VERSION", "ScheduleFromResumedStep", "TrlParser", "check_trl_version", "close_progress_bar", *_WHERE]

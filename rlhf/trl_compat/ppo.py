@@ -11,6 +11,9 @@ Hooks a subclass overrides (each does nothing here):
 - `save_extra_checkpoint_files(checkpoint)`: files that must be in a checkpoint before it counts as complete.
 - `generating_aside()`: a context in which the policy generates without `record_completions` (an evaluation).
 
+A reward model with a `score_completions(query_responses, context_length)` method scores there (see
+`reward_model_scores` below): how reward functions take the reward model's place.
+
 What a subclass calls or reads:
 - `kl_coef`: the KL coefficient of the next batch (can be set);
 - `trained_policy`, `trained_value_model`, `value_model_state_dict()`;
@@ -31,7 +34,30 @@ DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of t
 
 check_trl_version()  # another release breaks what follows in ways that no error message would explain
 
+from trl.experimental import utils as _trl_utils  # noqa: E402
+from trl.experimental.ppo import ppo_trainer as _trl_ppo_trainer  # noqa: E402
+
 from rlhf.trl_compat.ppo_fixes import PatchedPPOTrainer  # noqa: E402
+
+
+def reward_model_scores(model, query_responses, pad_token_id, context_length):
+    """TRL's score of each sequence under a sequence-classification `model`: its output at the last token that is
+    not padding (`trl.experimental.utils.get_reward`)."""
+    return _trl_utils.get_reward(model, query_responses, pad_token_id, context_length)[1]
+
+
+def _get_reward(model, query_responses, pad_token_id, context_length):
+    """TRL 1.12's `PPOTrainer.train()` and `generate_completions()` score a batch with the module-level
+    `get_reward(reward_model, query_responses, pad_token_id, context_length)`, which reads a sequence classifier's
+    backbone and score head, and keep only its second value. A reward model with `score_completions` (the reward
+    functions of `rlhf.ppo.PPORewards`) scores there instead; every other model (the value model too) as before."""
+    scorer = getattr(model, "module", model)  # a DeepSpeed engine wraps the reward model
+    if hasattr(scorer, "score_completions"):
+        return None, scorer.score_completions(query_responses, context_length), None
+    return _trl_utils.get_reward(model, query_responses, pad_token_id, context_length)
+
+
+_trl_ppo_trainer.get_reward = _get_reward  # the name train() looks up when it runs: other models score as before
 
 
 class PPOTrainerHooks(PatchedPPOTrainer):
