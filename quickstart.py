@@ -1,16 +1,16 @@
 """The whole pipeline on the real SmolLM2-135M-Instruct, offline, on a CPU (or faster on a GPU).
 
     python quickstart.py                  # reward model -> GRPO -> PPO -> evaluation (win rates) -> plots
-    python quickstart.py --task math      # GRPO on arithmetic with the math verifier -> accuracy before/after
+    python quickstart.py --task math      # GRPO and PPO on arithmetic with the math verifier -> accuracy gains
     python quickstart.py --seed 2         # the same with another seed, into its own folder
     python quickstart.py --tiny           # the reward-model pipeline on tiny random models, in about a minute
 
---task rm: a reward model trained on the first 320 of the 400 shipped preference pairs (data/preferences.jsonl),
-GRPO and PPO against it, then base vs GRPO vs PPO on prompts of the 80 held-out pairs: win rate under the reward
-model with a 95% interval. --task math: GRPO with the boxed_answer verifier (+ boxed_format) on
-data/math_train.jsonl, then base vs trained on held-out problems of data/math_test.jsonl: format rate and verifier
-accuracy (95% interval) and the accuracy gain (paired 95% interval). GRPO and PPO also evaluate held-out prompts at
-each checkpoint while they train (--eval_prompts): the summary shows that curve, and any health alarm of the run's
+--task rm: a reward model trained on the first 320 of the 400 shipped preference pairs (data/preferences.jsonl), GRPO
+and PPO against it, then base vs GRPO vs PPO on prompts of the 80 held-out pairs: win rate under the reward model with
+a 95% interval. --task math: GRPO and PPO with the boxed_answer verifier (+ boxed_format) on data/math_train.jsonl, no
+reward model, then base vs GRPO vs PPO on held-out problems of data/math_test.jsonl: format rate and verifier accuracy
+(95% interval) and each accuracy gain (paired 95% interval). GRPO and PPO also evaluate held-out prompts at each
+checkpoint while they train (--eval_prompts): the summary shows that curve, and any health alarm of the run's
 run_report.json. Each stage runs the package's own script as a subprocess and prints the command first, so you can
 re-run or change any stage by hand. Re-running continues: a finished stage has nothing to do, an interrupted one
 resumes. A stage keeps its checkpoint (weights and optimizer state) only until it finishes (it is only needed to
@@ -197,7 +197,7 @@ def up_to_date(report, models):
 def cli(args=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=("rm", "math"), default="rm", help="rm: reward model, GRPO and PPO; "
-                        "math: GRPO with the math verifier")
+                        "math: GRPO and PPO with the math verifier")
     parser.add_argument("--seed", type=int, default=42, help="seed of every stage (training and evaluation)")
     parser.add_argument("--output_dir", "--output-dir", help="where everything goes (default: ./quickstart_output/"
                         "<task>_seed<seed>; with --tiny, ./quickstart_output/tiny_<task>_seed<seed>)")
@@ -231,27 +231,24 @@ def cli(args=None):
     print(f"the policy starts from {base}; settings for a {device.upper()}")
 
     seed = ["--seed", args.seed]
-    if args.task == "math":
-        trained = [out / "grpo"]
-        run_stage("GRPO", ["train_grpo.py", "--model_name_or_path", base, "--dataset_name", MATH_TRAIN,
-                           "--max_samples", 0, "--reward_funcs", "boxed_answer", "boxed_format",
-                           "--system_prompt", MATH_SYSTEM_PROMPT, "--output_dir", out / "grpo", *seed,
-                           *ONE_CHECKPOINT, *settings["grpo"], "--eval_dataset_name", MATH_TEST,
-                           *settings["grpo_eval"]], timings,
-                  out / "grpo")
-        data = ["--dataset_name", MATH_TEST, "--train_samples", 0, "--reward_funcs", "boxed_answer", "boxed_format",
-                "--system_prompt", MATH_SYSTEM_PROMPT]
+    trained = [out / "grpo", out / "ppo"]
+    if args.task == "math":  # both trained on the verifier's reward, with no reward model
+        rewards = ["--reward_funcs", "boxed_answer", "boxed_format", "--system_prompt", MATH_SYSTEM_PROMPT]
+        common = ["--model_name_or_path", base, "--dataset_name", MATH_TRAIN, "--max_samples", 0, *rewards, *seed,
+                  *ONE_CHECKPOINT, "--eval_dataset_name", MATH_TEST]
+        data = ["--dataset_name", MATH_TEST, "--train_samples", 0, *rewards]
     else:
-        reward, trained = out / "reward_model", [out / "grpo", out / "ppo"]
+        reward = out / "reward_model"
         common = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--max_samples", PREFERENCE_TRAIN_ROWS,
                   *seed, *ONE_CHECKPOINT]
         run_stage("reward model", ["train_reward_model.py", *common, "--output_dir", reward, *settings["reward"]],
                   timings, reward)
-        for name, script, folder in (("GRPO", "train_grpo.py", out / "grpo"), ("PPO", "train_ppo.py", out / "ppo")):
-            run_stage(name, [script, *common, "--reward_model_name_or_path", reward, "--output_dir", folder,
-                             *settings[name.lower()], *settings[f"{name.lower()}_eval"]], timings, folder)
+        common += ["--reward_model_name_or_path", reward]
         data = ["--reward_model_name_or_path", reward, "--dataset_name", PREFERENCES, "--train_samples",
                 PREFERENCE_TRAIN_ROWS]
+    for name, script, folder in (("GRPO", "train_grpo.py", out / "grpo"), ("PPO", "train_ppo.py", out / "ppo")):
+        run_stage(name, [script, *common, "--output_dir", folder, *settings[name.lower()],
+                         *settings[f"{name.lower()}_eval"]], timings, folder)
 
     evaluation = out / "evaluation.json"
     if up_to_date(evaluation, trained):

@@ -58,10 +58,12 @@ def test_grpo_with_a_weighted_mix_of_reward_model_and_function(tiny_models, tmp_
 
 
 @pytest.mark.slow
-def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_path):
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_path, script):
     (tmp_path / "my_rewards.py").write_text(CUSTOM)
-    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.crashes"),
-                        cwd=tmp_path)
+    args = (math_args if script == "train_grpo.py" else ppo_math_args)(tiny_models, tmp_path, "--reward_funcs",
+                                                                        "my_rewards.crashes")
+    result = run_script(script, *args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     last = [line for line in result.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("error: reward function 'my_rewards.crashes' raised RuntimeError: no score for ")

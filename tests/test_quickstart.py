@@ -57,17 +57,23 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     result = run_script("quickstart.py", "--tiny", "--task", "math", "--seed", "3", "--output_dir", out)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "=== reward model ===" not in result.stdout and "=== GRPO ===" in result.stdout
+    assert "=== PPO ===" in result.stdout
     summary = json.loads((out / "quickstart_summary.json").read_text())
     assert (summary["task"], summary["seed"]) == ("math", 3)
     base = summary["models"][next(iter(summary["models"]))]
     assert {"format_rate", "verifier_accuracy", "verifier_accuracy_ci_low", "verifier_accuracy_ci_high"} <= set(base)
-    assert summary["held_out"]["grpo"]["metric"] == "accuracy"  # on held-out problems of data/math_test.jsonl
-    assert "grpo held-out accuracy during training: 0 -> 0.00 [0.00, 0.00]" in result.stdout
-    (comparison,) = summary["comparison"]
-    assert comparison["accuracy_delta_ci_low"] <= comparison["accuracy_delta"] <= comparison["accuracy_delta_ci_high"]
+    for stage in ("grpo", "ppo"):  # on held-out problems of data/math_test.jsonl
+        assert summary["held_out"][stage]["metric"] == "accuracy"
+        assert f"{stage} held-out accuracy during training: 0 -> 0.00 [0.00, 0.00]" in result.stdout
+    assert [c["model_path"] for c in summary["comparison"]] == [str(out / "grpo"), str(out / "ppo")]
+    for c in summary["comparison"]:
+        assert c["accuracy_delta_ci_low"] <= c["accuracy_delta"] <= c["accuracy_delta_ci_high"]
     manifest = json.loads((out / "grpo" / "run_manifest.json").read_text())
     assert manifest["config"]["RewardArguments"]["reward_funcs"] == ["boxed_answer", "boxed_format"]
     assert manifest["config"]["GRPOTrainingConfig"]["seed"] == 3
+    ppo = json.loads((out / "ppo" / "run_manifest.json").read_text())["config"]["PPOTrainingConfig"]
+    assert (ppo["reward_funcs"], ppo["value_model_path"]) == (["boxed_answer", "boxed_format"], None)
+    assert not (out / "reward_model").exists()  # PPO scored with the verifier, its value model from the policy
 
     # The folder holds a run with other settings (here another seed; an older quickstart or --tiny alike): the
     # stage refuses, and the quickstart's advice is the one that works for it, not "re-run to resume".
