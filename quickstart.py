@@ -65,6 +65,10 @@ SETTINGS = {
                  "--save_steps", "4", "--no_gradient_checkpointing"],
         "evaluate": ["--num_prompts", "120", "--num_completions", "2", "--max_new_tokens", "48", "--batch_size", "60"],
         "grpo_eval": ["--eval_prompts", "16", "--eval_completions", "2"],  # 3 evaluations: about +20% to GRPO
+        "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
+                "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "48",
+                "--missing_eos_penalty", "0", "--save_steps", "6", "--no_gradient_checkpointing"],
+        "ppo_eval": ["--eval_prompts", "16", "--eval_completions", "2", "--eval_steps", "3"],
     },
 }
 # A GPU runs the same settings, one generation per optimizer step as on a CPU (not the GPU's batched default), so
