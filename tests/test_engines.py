@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, assert_ok, error_line, grpo_args, ppo_args
+from conftest import ROOT, assert_ok, error_line, grpo_args, ppo_args, scalars
 
 NEEDS_DEEPSPEED = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                                      reason="deepspeed is not installed (pip install -r requirements-deepspeed.txt)")
@@ -78,6 +78,23 @@ def test_ppo_under_zero3_shards_the_parameters_and_saves_the_trained_policy(tiny
     start, final = (AutoModelForCausalLM.from_pretrained(path).state_dict() for path in (tiny_models["policy"], out))
     assert start.keys() == final.keys()
     assert any(not torch.equal(start[name], final[name]) for name in start)
+
+
+@launched
+def test_ppo_with_reward_functions_under_zero2_scores_them_and_saves_the_value_model(tiny_models, tmp_path):
+    from rlhf import tiny
+
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", [{"question": f"What is {a} + 1?", "ground_truth": str(a + 1)}
+                                                      for a in range(8)])
+    out = tmp_path / "ppo"
+    # No reward model: TRL would put the reward functions into a DeepSpeed engine (`_prepare_deepspeed`).
+    result = launch("deepspeed_zero2", "train_ppo.py", *ppo_args(tiny_models, out, "--dataset_name", data,
+                                                                  "--reward_funcs", "boxed_format",
+                                                                  "--total_episodes", "8"))
+    assert_ok(result)
+    assert "engine: DeepSpeed ZeRO-2" in result.stdout
+    assert "train/rewards/boxed_format/mean" in scalars(out)
+    assert (out / "value_model" / "config.json").exists()
 
 
 @launched

@@ -11,8 +11,9 @@ Hooks a subclass overrides (each does nothing here):
 - `save_extra_checkpoint_files(checkpoint)`: files that must be in a checkpoint before it counts as complete.
 - `generating_aside()`: a context in which the policy generates without `record_completions` (an evaluation).
 
-A reward model with a `score_completions(query_responses, context_length)` method scores there (see
-`reward_model_scores` below): how reward functions take the reward model's place.
+A reward model with a `score_completions(query_responses, context_length)` method scores there, and only its
+`reward_model` attribute (a sequence classifier, or None) goes through DeepSpeed (see `_get_reward` below): how
+reward functions take the reward model's place.
 
 What a subclass calls or reads:
 - `kl_coef`: the KL coefficient of the next batch (can be set);
@@ -57,7 +58,21 @@ def _get_reward(model, query_responses, pad_token_id, context_length):
     return _trl_utils.get_reward(model, query_responses, pad_token_id, context_length)
 
 
-_trl_ppo_trainer.get_reward = _get_reward  # the name train() looks up when it runs: other models score as before
+def _prepare_deepspeed(model, accelerator):
+    """TRL 1.12's `PPOTrainer.__init__` puts the reward model into a DeepSpeed engine with `prepare_deepspeed`, which
+    reads its `config`; reward functions have none (nor, without a reward model, any weights): only the reward model
+    among them is prepared."""
+    if hasattr(model, "score_completions"):
+        if model.reward_model is not None:
+            model.reward_model = _trl_prepare_deepspeed(model.reward_model, accelerator)
+        return model
+    return _trl_prepare_deepspeed(model, accelerator)
+
+
+_trl_prepare_deepspeed = _trl_ppo_trainer.prepare_deepspeed
+# The names PPOTrainer looks up when it runs: every model but reward functions goes through TRL's own.
+_trl_ppo_trainer.get_reward = _get_reward
+_trl_ppo_trainer.prepare_deepspeed = _prepare_deepspeed
 
 
 class PPOTrainerHooks(PatchedPPOTrainer):
