@@ -48,15 +48,15 @@ SETTINGS = {
                  "--num_generations", "8", "--prompts_per_step", "2", "--prompts_per_generation", "2",
                  "--per_device_train_batch_size", "16", "--max_completion_length", "64", "--beta", "0.04",
                  "--save_steps", "4", "--no_gradient_checkpointing"],
-        "ppo": ["--total_episodes", "16", "--learning_rate", "1e-5", "--per_device_train_batch_size", "4",
-                "--prompts_per_rollout", "4", "--num_ppo_epochs", "2", "--max_completion_length", "64",
-                "--save_steps", "2", "--no_gradient_checkpointing"],
+        "ppo": ["--total_episodes", "64", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
+                "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "64",
+                "--save_steps", "4", "--no_gradient_checkpointing"],
         "evaluate": ["--num_prompts", "32", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "32"],
         # Held-out evaluation during training, at step 0 and each checkpoint (--save_steps): one evaluation of N
         # completions costs about 0.6 of a GRPO step generating N (measured on SmolLM2, math settings), so GRPO's
         # 4 add about a fifth to its stage; PPO's 3, of 8 completions each, an estimated half to its short stage.
         "grpo_eval": ["--eval_prompts", "8", "--eval_completions", "2"],
-        "ppo_eval": ["--eval_prompts", "8", "--eval_completions", "1"],
+        "ppo_eval": ["--eval_prompts", "8", "--eval_completions", "1", "--eval_steps", "2"],
     },
     ("math", "cpu"): {
         "grpo": ["--max_steps", "8", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",

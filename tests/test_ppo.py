@@ -45,3 +45,55 @@ def test_a_reward_model_with_another_tokenizer_is_refused_naming_both_and_the_wa
     message = str(error.value)
     assert f"reward model {other} uses another tokenizer" in message
     assert "--reward_model_path" in message and "train_grpo.py" in message
+
+
+def test_ppo_rewards_score_each_completion_with_its_own_row_and_log_each_function(tmp_path, monkeypatch):
+    """`PPORewards` finds each sequence's dataset row from its left-padded prompt ids, decodes the completion as GRPO
+    does, and returns the weighted sum of the functions."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerState
+
+    from rlhf import tiny
+    from rlhf.data import build_prompt_dataset, tokenize_prompts
+    from rlhf.ppo import PPORewards
+    from rlhf.reward import ensure_distinct_pad
+    from rlhf.reward_funcs import load_reward_funcs
+
+    tokenizer = ensure_distinct_pad(tiny.build_tokenizer())
+    rows = Dataset.from_list([{"question": "What is 1 + 1?", "ground_truth": "2"},
+                              {"question": "What is 10 + 20?", "ground_truth": "30"}])
+    prompts, _, _ = build_prompt_dataset(rows, tokenizer, 512)
+    token_ids = tokenize_prompts(prompts, tokenizer)["input_ids"]
+    (tmp_path / "echo_rewards.py").write_text(
+        "seen = {}\n\n\n"
+        "def echo(prompts, completions, ground_truth, trainer_state, **kwargs):\n"
+        "    seen.update(prompts=prompts, completions=completions, step=trainer_state.global_step)\n"
+        "    return [float(answer) for answer in ground_truth]\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    names = ["boxed_answer", "echo_rewards.echo"]
+    rewards = PPORewards(names, load_reward_funcs(names), [1.0, 0.5], tokenizer, prompts, token_ids)
+    rewards.trainer_state = lambda: TrainerState(global_step=3)
+
+    pad = tokenizer.pad_token_id
+    answers = [r"1 + 1 = 2. \boxed{2}", r"10 + 20 = 31. \boxed{31}"]
+    completions = [tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                   for text in answers]
+    # The batch in reverse dataset order, prompts padded on the left, completions on the right (as TRL's rollout).
+    prompt_length = max(map(len, token_ids))
+    completion_length = max(map(len, completions)) + 2
+    batch = torch.tensor([[pad] * (prompt_length - len(token_ids[i])) + token_ids[i] + completions[i]
+                          + [pad] * (completion_length - len(completions[i])) for i in (1, 0)])
+    scores = rewards.score_completions(batch, prompt_length)
+
+    # Row 1: wrong (-1) + 0.5 x 30; row 0: right (+1) + 0.5 x 2.
+    assert scores.tolist() == pytest.approx([-1 + 15.0, 1 + 1.0])
+    from echo_rewards import seen
+
+    assert [c[0]["content"] for c in seen["completions"]] == answers[::-1]  # EOS and padding dropped
+    assert [p[-1]["content"] for p in seen["prompts"]] == ["What is 10 + 20?", "What is 1 + 1?"]
+    assert seen["step"] == 3
+    metrics = rewards.recorded_metrics(lambda values: values)
+    assert metrics["rewards/boxed_answer/mean"] == pytest.approx(0.0)
+    assert metrics["rewards/echo_rewards.echo/mean"] == pytest.approx(16.0)
+    assert rewards.recorded_metrics(lambda values: values) == {}  # each log reports the scores since the last
