@@ -14,7 +14,7 @@ checkpoint while they train (--eval_prompts): the summary shows that curve, and 
 run_report.json. Each stage runs the package's own script as a subprocess and prints the command first, so you can
 re-run or change any stage by hand. Re-running continues: a finished stage has nothing to do, an interrupted one
 resumes. A stage keeps its checkpoint (weights and optimizer state) only until it finishes (it is only needed to
-resume), so the reward-model task leaves about 2.2 GB and the math task about 0.5 GB.
+resume), so the reward-model task leaves about 2.2 GB and the math task about 1.6 GB.
 """
 
 import argparse
