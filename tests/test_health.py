@@ -53,6 +53,15 @@ def test_each_alarm_is_raised_once_with_one_line_naming_metric_threshold_step_an
         "step": 3, "advice": "raise --max_completion_length", "line": None}
 
 
+def test_a_cut_off_share_that_falls_is_a_run_learning_to_end_its_completions_until_it_stops_falling():
+    # The reward-model quickstart's PPO (seed 42): cut off at first, then learning to end within 64 tokens.
+    monitor = HealthMonitor({"kind": "ppo", "max_completion_length": 64})
+    shares = [1.0, 0.875, 0.6875, 0.6875, 0.69, 0.65]
+    raised = [monitor.observe(logs(completions__clipped_ratio=share), step) for step, share in enumerate(shares, 1)]
+    assert [len(alarms) for alarms in raised] == [0, 0, 0, 0, 1, 0]  # it stopped falling, above 0.6
+    assert raised[4][0].step == 5
+
+
 def test_no_signal_and_a_constant_reward_function():
     monitor = HealthMonitor({"kind": "grpo"})
     raised = [monitor.observe(logs(frac_reward_zero_std=1.0, rewards__boxed_format__std=0.0,
