@@ -18,10 +18,16 @@ def crashes(prompts, completions, ground_truth, **kwargs):
 '''
 
 
-def math_args(tiny_models, tmp_path, *extra):
+# Each script's tiny run and its length: 2 GRPO steps, 4 PPO episodes.
+MATH_RUNS = {"train_grpo.py": (grpo_args, ["--max_steps", "2"]), "train_ppo.py": (ppo_args, ["--total_episodes", "4"])}
+
+
+def math_args(tiny_models, tmp_path, *extra, script="train_grpo.py"):
+    """A short run of `script` on tiny math data with reference answers, into tmp_path/run."""
     data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
-    return grpo_args(tiny_models, tmp_path / "run", "--dataset_name", data, "--max_steps", "2",
-                     "--system_prompt", r"Put your final answer within \boxed{}.", *extra)
+    build, length = MATH_RUNS[script]
+    return build(tiny_models, tmp_path / "run", "--dataset_name", data, *length,
+                 "--system_prompt", r"Put your final answer within \boxed{}.", *extra)
 
 
 @pytest.mark.slow
@@ -61,17 +67,18 @@ def test_grpo_with_a_weighted_mix_of_reward_model_and_function(tiny_models, tmp_
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
 def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_path, script):
     (tmp_path / "my_rewards.py").write_text(CUSTOM)
-    args = (math_args if script == "train_grpo.py" else ppo_math_args)(tiny_models, tmp_path, "--reward_funcs",
-                                                                        "my_rewards.crashes")
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.crashes", script=script)
     result = run_script(script, *args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     last = [line for line in result.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("error: reward function 'my_rewards.crashes' raised RuntimeError: no score for ")
 
 
-def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path, run_cli):
-    args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--reward_weights", "1", "2")
-    assert "--reward_weights has 2 values for 1" in error_line(run_cli("train_grpo.py", *args))
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path, run_cli, script):
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--reward_weights", "1", "2",
+                     script=script)
+    assert "--reward_weights has 2 values for 1" in error_line(run_cli(script, *args))
 
 
 @pytest.mark.slow
@@ -111,19 +118,13 @@ def brevity(prompts, completions, ground_truth, trainer_state=None, **kwargs):
 '''
 
 
-def ppo_math_args(tiny_models, tmp_path, *extra):
-    data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
-    return ppo_args(tiny_models, tmp_path / "run", "--dataset_name", data, "--total_episodes", "4",
-                    "--system_prompt", r"Put your final answer within \boxed{}.", *extra)
-
-
 @pytest.mark.slow
 def test_ppo_with_the_verifier_and_a_custom_function_and_no_reward_model(tiny_models, tmp_path):
     (tmp_path / "my_rewards.py").write_text(PPO_CUSTOM)
     # No reward model anywhere: the value model starts from the policy, with a new one-output head.
-    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "my_rewards.brevity",
-                         "--reward_weights", "1", "0.5", "--reward_model_name_or_path", tmp_path / "no_such_model",
-                         "--missing_eos_penalty", "0")
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "my_rewards.brevity",
+                     "--reward_weights", "1", "0.5", "--reward_model_name_or_path", tmp_path / "no_such_model",
+                     "--missing_eos_penalty", "0", script="train_ppo.py")
     result = run_script("train_ppo.py", *args, cwd=tmp_path)
     assert_ok(result)
     assert "note: --reward_model_name_or_path" in result.stdout and "is not used" in result.stdout
@@ -148,9 +149,9 @@ def test_ppo_with_the_verifier_and_a_custom_function_and_no_reward_model(tiny_mo
 
 @pytest.mark.slow
 def test_ppo_with_a_weighted_mix_of_reward_model_and_function_evaluates_with_both(tiny_models, tmp_path):
-    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "reward_model", "boxed_format",
-                         "--reward_weights", "1.0", "0.5", "--missing_eos_penalty", "0", "--max_samples", "12",
-                         "--eval_prompts", "2", "--eval_steps", "2")
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "reward_model", "boxed_format",
+                     "--reward_weights", "1.0", "0.5", "--missing_eos_penalty", "0", "--max_samples", "12",
+                     "--eval_prompts", "2", "--eval_steps", "2", script="train_ppo.py")
     assert_ok(run_script("train_ppo.py", *args))
     logged = scalars(tmp_path / "run")
     model_mean = dict(logged["train/rewards/reward_model/mean"])
@@ -169,15 +170,13 @@ def test_ppo_refuses_boxed_answer_on_data_without_reference_answers(tiny_models,
     assert not (tmp_path / "run").exists()
 
 
-def test_ppo_refuses_mismatched_reward_weights_and_unknown_functions(tiny_models, tmp_path, run_cli):
-    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--reward_weights", "1", "2")
-    assert "--reward_weights has 2 values for 1" in error_line(run_cli("train_ppo.py", *args))
-    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answr")
+def test_ppo_refuses_unknown_functions(tiny_models, tmp_path, run_cli):
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answr", script="train_ppo.py")
     assert "unknown reward function 'boxed_answr'" in error_line(run_cli("train_ppo.py", *args))
 
 
 def test_ppo_checks_the_reward_models_tokenizer_only_when_the_reward_model_scores(tiny_models, tmp_path, run_cli):
     other = tiny_models["other_reward_model"]
-    args = ppo_math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_format", "--reward_model_name_or_path",
-                         other, "--value_model_path", other)
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_format", "--reward_model_name_or_path",
+                     other, "--value_model_path", other, script="train_ppo.py")
     assert error_line(run_cli("train_ppo.py", *args)).startswith("error: value model ")  # it reads the ids
