@@ -68,7 +68,7 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
         trainable_model_path,
         trained_model_kwargs,
     )
-    from rlhf.processes import on_gpu
+    from rlhf.processes import is_main_process, on_gpu
     from rlhf.reward import load_reward_model
 
     trust = training_args.trust_remote_code
@@ -87,6 +87,10 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
         reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
         reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
     value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else value_model_source(training_args, start)
+    if not resume_from and not training_args.value_model_path and value_source == start and is_main_process():
+        # transformers reports the new head as MISSING weights: say why
+        print(f"value model: the policy {model_args.model_name_or_path} with a new one-output head (no reward model "
+              "scores; --value_model_path starts it elsewhere)", flush=True)
     value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
     # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
     policy.generation_config.pad_token_id = tokenizer.pad_token_id

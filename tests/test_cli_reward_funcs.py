@@ -128,6 +128,7 @@ def test_ppo_with_the_verifier_and_a_custom_function_and_no_reward_model(tiny_mo
     result = run_script("train_ppo.py", *args, cwd=tmp_path)
     assert_ok(result)
     assert "note: --reward_model_name_or_path" in result.stdout and "is not used" in result.stdout
+    assert f"value model: the policy {tiny_models['policy']} with a new one-output head" in result.stdout
     logged = scalars(tmp_path / "run")
     # A random tiny model never writes \boxed{...}: every completion gets the "no answer" reward.
     assert {value for _, value in logged["train/rewards/boxed_answer/mean"]} == {-0.5}
