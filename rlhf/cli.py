@@ -5,9 +5,11 @@ one line on stderr that names the value and the fix, with exit code 2 and no tra
 """
 
 import argparse
+import atexit
 import dataclasses
 import difflib
 import functools
+import logging
 import math
 import os
 import signal
@@ -124,32 +126,58 @@ def exit_on_user_error(main):
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
         sigterm = signal.signal(signal.SIGTERM, _interrupt)
+        code = None  # the exit code, once known; None for a bug's traceback, which Python prints
         try:
-            return main(*args, **kwargs)
+            result = main(*args, **kwargs)
+            code = 0
+            return result
         except NothingToDo as done:
             print(done)
-            sys.exit(0)
+            code = 0
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
-            sys.exit(USER_ERROR_EXIT_CODE)
+            code = USER_ERROR_EXIT_CODE
         except KeyboardInterrupt:
             print("\nInterrupted: stopped at once (what was saved before stays intact).", file=sys.stderr, flush=True)
-            sys.exit(INTERRUPTED_EXIT_CODE)
+            code = INTERRUPTED_EXIT_CODE
+        except SystemExit as stop:  # rlhf.guard's ends of training (interrupted, NaN)
+            code = stop.code if isinstance(stop.code, int) else 1
+            raise
         finally:
             signal.signal(signal.SIGTERM, sigterm)
             release_locks()  # every way out (done, refused, interrupted, NaN) frees the output folder
-            _close_process_group()
+            if _close_process_group() and code is not None:
+                _exit_now(code)
+        sys.exit(code)
 
     return wrapper
 
 
 def _close_process_group():
-    """Shut down the process group of a torchrun / accelerate launch before Python exits. Left for interpreter
-    shutdown, gloo's threads were seen to abort a finished 2-process run ("terminate called without an active
-    exception", SIGABRT) after its model was saved."""
+    """Shut down the process group of a torchrun / accelerate launch, if there is one; say whether there was."""
     distributed = sys.modules.get("torch.distributed")  # never imported here: a one-process run has none
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        distributed.destroy_process_group()
+    if distributed is None or not distributed.is_available() or not distributed.is_initialized():
+        return False
+    distributed.destroy_process_group()
+    return True
+
+
+def _exit_now(code):
+    """End a process of a multi-process run with `code`, after the exit handlers but without interpreter shutdown.
+
+    Shutdown aborted about one finished run in 50 on 2 CPU cores ("terminate called without an active exception",
+    SIGABRT, after the model was saved), destroyed process group or not: DDP and DeepSpeed keep the gloo process
+    group alive, a gloo worker thread that drops its last collective must take the GIL to release a Python object
+    it holds, and a thread that asks for the GIL during shutdown is ended through a C++ destructor that cannot
+    unwind (core dump: `ProcessGroupGloo::runLoop` > `~AsyncAllreduceWork` > `~ThreadLocalState` >
+    `gil_scoped_acquire` > `pthread_exit`; pytorch#179291). Nothing is left for shutdown to do: the exit handlers
+    run here, the streams are flushed, and the process ends.
+    """
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _interrupt(signum, frame):

@@ -1,4 +1,5 @@
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -6,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerState
 
+from rlhf import cli
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import NonFiniteError, NothingToDo, UserError
 from rlhf.lock import release_locks
@@ -312,3 +314,45 @@ def test_training_before_the_launch_is_recorded_is_a_bug(tmp_path):
             run.train(Trainer())
     finally:
         release_locks()
+
+
+class Exited(Exception):
+    """What the stand-in for `os._exit` raises, with the code it was given."""
+
+
+def exit_now(code):
+    raise Exited(code)
+
+
+@pytest.mark.parametrize("error, code", [(None, 0), (NothingToDo("nothing to do"), 0), (UserError("bad flag"), 2),
+                                         (KeyboardInterrupt(), 130), (SystemExit(3), 3)])
+def test_a_process_of_a_multi_process_run_ends_with_its_exit_code_before_interpreter_shutdown(monkeypatch, error,
+                                                                                               code):
+    # A gloo worker thread can abort interpreter shutdown (rlhf/cli.py `_exit_now`): such a process ends without it.
+    destroyed = []
+    group = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: not destroyed,
+                            destroy_process_group=lambda: destroyed.append(True))
+    monkeypatch.setitem(sys.modules, "torch.distributed", group)
+    monkeypatch.setattr(cli, "_exit_now", exit_now)
+
+    @exit_on_user_error
+    def main():
+        if error is not None:
+            raise error
+
+    with pytest.raises(Exited) as exited:
+        main()
+    assert exited.value.args == (code,) and destroyed == [True]
+
+
+def test_a_bug_in_a_multi_process_run_keeps_its_traceback(monkeypatch):
+    group = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, destroy_process_group=lambda: None)
+    monkeypatch.setitem(sys.modules, "torch.distributed", group)
+    monkeypatch.setattr(cli, "_exit_now", lambda code: pytest.fail("a bug's traceback must reach Python"))
+
+    @exit_on_user_error
+    def main():
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        main()
