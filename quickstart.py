@@ -142,6 +142,7 @@ def drop_checkpoints(name, folder):
     """
     import shutil
 
+    from rlhf.report import note_checkpoints_deleted
     from rlhf.run import CHECKPOINT_RE, read_manifest
 
     if not read_manifest(folder).get("finished_at"):
@@ -151,6 +152,7 @@ def drop_checkpoints(name, folder):
         size = sum(file.stat().st_size for path in checkpoints for file in path.rglob("*") if file.is_file())
         for path in checkpoints:
             shutil.rmtree(path)
+        note_checkpoints_deleted(folder, checkpoints)
         names = ", ".join(path.name for path in checkpoints)
         amount = f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
         print(f"{name} finished: deleted its checkpoints ({names}, {amount}), which only resuming or continuing its "

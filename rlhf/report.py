@@ -6,6 +6,7 @@ the held-out evaluations (every `eval/*` value in the Trainer's log history) and
 held-out metric (transformers' `state.best_model_checkpoint`), never by the training reward.
 """
 
+import json
 import statistics
 import sys
 import time
@@ -113,14 +114,33 @@ class RunReport:
         }
 
     def write(self, state, finished=False):
-        from rlhf.run import write_json
-
         report = self.build(state, finished)
-        write_json(self.folder / REPORT_JSON, report)
-        tmp = self.folder / (REPORT_MD + ".tmp")
-        tmp.write_text(markdown(report), encoding="utf-8")
-        tmp.replace(self.folder / REPORT_MD)
+        write_report(self.folder, report)
         return report
+
+
+def write_report(folder, report):
+    """Write `run_report.json` and its markdown twin into `folder`, each replaced whole."""
+    from rlhf.run import write_json
+
+    write_json(Path(folder) / REPORT_JSON, report)
+    tmp = Path(folder) / (REPORT_MD + ".tmp")
+    tmp.write_text(markdown(report), encoding="utf-8")
+    tmp.replace(Path(folder) / REPORT_MD)
+
+
+def note_checkpoints_deleted(folder, deleted):
+    """Say in the run's report that its best checkpoint is one of the `deleted` folders (quickstart.py deletes a
+    finished stage's checkpoints), so that the report never points at a folder that is gone."""
+    path = Path(folder) / REPORT_JSON
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    best = report.get("best_checkpoint")
+    if best and Path(best).name in {Path(path).name for path in deleted}:
+        report["best_checkpoint_deleted"] = True
+        write_report(folder, report)
 
 
 def markdown(report):
@@ -151,8 +171,13 @@ def markdown(report):
         lines.append(f"- held-out evaluations: {len(report['evaluations'])}; last (step {last['step']}): {values}")
     else:
         lines.append("- held-out evaluations: none")
-    lines.append(f"- best checkpoint: {report['best_checkpoint']} ({report['best_metric']})"
-                 if report["best_checkpoint"] else "- best checkpoint: none (no held-out evaluation)")
+    if not report["best_checkpoint"]:
+        lines.append("- best checkpoint: none (no held-out evaluation)")
+    elif report.get("best_checkpoint_deleted"):
+        lines.append(f"- best checkpoint: {report['best_checkpoint']} ({report['best_metric']}), deleted after "
+                     "training; the folder keeps the final model")
+    else:
+        lines.append(f"- best checkpoint: {report['best_checkpoint']} ({report['best_metric']})")
     return "\n".join(lines) + "\n"
 
 

@@ -29,6 +29,9 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     for stage in ("reward_model", "grpo", "ppo"):
         assert not list((out / stage).glob("checkpoint-*")), stage
         assert (out / stage / "model.safetensors").exists() and (out / stage / "run_manifest.json").exists()
+        if stage != "reward_model":  # their report named the best checkpoint, which went with the others
+            text = (out / stage / "run_report.md").read_text()
+            assert "deleted after training; the folder keeps the final model" in text, stage
     # GRPO and PPO also kept their best checkpoint by the held-out evaluation (--save_total_limit 1 -> 2).
     assert result.stdout.count("finished: deleted its checkpoints (") == 3
     assert "reward model finished: deleted its checkpoints (checkpoint-4, " in result.stdout

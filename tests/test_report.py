@@ -57,6 +57,14 @@ def test_a_report_names_the_best_checkpoint_and_lists_alarms(tmp_path):
     assert "checkpoint-4 (0.7)" in text and "step 3: 100% of completions hit" in text and "eval/win_rate 0.7" in text
     assert not list(tmp_path.glob("*.tmp"))
 
+    # quickstart.py deletes a finished stage's checkpoints: the report then says that its best one is gone.
+    report.note_checkpoints_deleted(tmp_path, [tmp_path / "checkpoint-2"])
+    assert (tmp_path / "run_report.md").read_text() == text  # another checkpoint: nothing changes
+    report.note_checkpoints_deleted(tmp_path, [tmp_path / "checkpoint-2", tmp_path / "checkpoint-4"])
+    assert json.loads((tmp_path / "run_report.json").read_text())["best_checkpoint_deleted"] is True
+    assert "checkpoint-4 (0.7), deleted after training; the folder keeps the final model" in (
+        tmp_path / "run_report.md").read_text()
+
 
 def test_settings_come_from_the_configs_and_the_engine_from_the_manifest():
     class Model:
