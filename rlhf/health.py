@@ -25,6 +25,9 @@ CUT_OFF_FALL = 0.1
 # No learning signal: share of GRPO groups whose completions all got the same reward (`frac_reward_zero_std`): their
 # advantage is 0, so they teach nothing. Measured (4 groups of 8 a step): 0.00-1.00 per log, 1.0 once (step 6),
 # never 2 logs in a row above 0.5. With 4 groups the fraction moves in quarters: hence ZERO_STD_WINDOW logs.
+# PPO has no groups: the same alarm when every reward function's std is 0 in each of ZERO_STD_WINDOW rollouts.
+# Replayed on 7 math/reward-model PPO runs (docs/results.md): only the one that boxed nothing for 5
+# rollouts raises it; seed 1's shipped run (std 0 at rollouts 1 and 6) does not.
 ZERO_STD_FRACTION = 0.9
 ZERO_STD_WINDOW = 5
 # A reward function that has given every completion the same score at every log since the run began (its
@@ -148,9 +151,12 @@ class HealthMonitor:
         for key in ("completions/clipped_ratio", "frac_reward_zero_std", "reward", "objective/scores",
                     "completions/mean_length"):
             add(key, logs.get(key))
+        stds = [value for key, value in logs.items() if key.startswith("rewards/") and key.endswith("/std")]
         for key, value in logs.items():
             if key.startswith("rewards/") and key.endswith("/std"):
                 add(key, value)
+        if stds:  # PPO's rollout: did every function give every completion the same score?
+            add("rollout_reward_constant", float(all(abs(std) < 1e-8 for std in stds)))
         new_kl = add("kl_per_token", _per_token(logs, "kl"))
         new_entropy = add("entropy_per_token", _per_token(logs, "entropy"))
         fresh = []
@@ -179,6 +185,15 @@ class HealthMonitor:
                 "--temperature",
                 f"in {zero[-1]:.0%} of groups every completion got the same reward, so their advantage is 0 and "
                 "they teach nothing", logs=ZERO_STD_WINDOW,
+            )
+        same = s.get("rollout_reward_constant", [])
+        if flags.get("kind") == "ppo" and sustained(same, 0.5, ZERO_STD_WINDOW):
+            yield self._alarm(
+                "no_learning_signal", "rewards/*/std", 0.0, 0.0, step,
+                "use a reward that varies across completions (--reward_funcs), or more --prompts_per_rollout or a "
+                "higher --temperature",
+                "in each rollout every completion got the same reward, so the reward gives no advantage",
+                comparison="==", logs=ZERO_STD_WINDOW,
             )
         for key, values in s.items():
             # Constant since the run began: it cannot score these completions. A reward that every completion has

@@ -75,6 +75,21 @@ def test_no_signal_and_a_constant_reward_function():
                for step, f in enumerate([0.5, 0.0, 0.5, 0.5, 0.25, 1.0, 1.0, 1.0], 1))
 
 
+def test_ppo_rollouts_whose_completions_all_score_the_same_have_no_learning_signal():
+    # The math PPO stage at seed 42 with GAE lambda 1.0 (docs/results.md): after its first rollout no completion was
+    # boxed, every one scored -0.5, for 5 rollouts, and nothing was learnt.
+    stds = [(0.125, 0.25), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
+    monitor = HealthMonitor({"kind": "ppo"})
+    raised = [monitor.observe({"rewards/boxed_answer/std": answer, "rewards/boxed_format/std": box}, step)
+              for step, (answer, box) in enumerate(stds, 1)]
+    assert [len(alarms) for alarms in raised] == [0, 0, 0, 0, 0, 1] and raised[5][0].name == "no_learning_signal"
+    assert "for 5 logs, step 6" in raised[5][0].line and "--prompts_per_rollout" in raised[5][0].line
+    # The same run at its shipped settings (seed 1): boxed_answer's std 0 at rollouts 1 and 6 only; no alarm.
+    monitor = HealthMonitor({"kind": "ppo"})
+    assert all(monitor.observe({"rewards/boxed_answer/std": std, "rewards/boxed_format/std": std}, step) == []
+               for step, std in enumerate([0.0, 0.375, 0.125, 0.171, 0.125, 0.0], 1))
+
+
 def test_a_reward_every_completion_came_to_earn_is_no_alarm():
     monitor = HealthMonitor({"kind": "grpo"})
     stds = [0.3, 0.2, 0.0, 0.0, 0.0, 0.0]  # the format is learnt: every completion is boxed
