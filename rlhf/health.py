@@ -151,12 +151,12 @@ class HealthMonitor:
         for key in ("completions/clipped_ratio", "frac_reward_zero_std", "reward", "objective/scores",
                     "completions/mean_length"):
             add(key, logs.get(key))
-        stds = [value for key, value in logs.items() if key.startswith("rewards/") and key.endswith("/std")]
-        for key, value in logs.items():
-            if key.startswith("rewards/") and key.endswith("/std"):
-                add(key, value)
-        if stds:  # PPO's rollout: did every function give every completion the same score?
-            add("rollout_reward_constant", float(all(abs(std) < 1e-8 for std in stds)))
+        stds = {key: value for key, value in logs.items()
+                if key.startswith("rewards/") and key.endswith("/std") and isinstance(value, (int, float))}
+        for key, value in stds.items():
+            add(key, value)
+        if stds:  # did every function give every completion the same score? (PPO's no_learning_signal)
+            add("rollout_reward_constant", float(all(abs(std) < 1e-8 for std in stds.values())))
         new_kl = add("kl_per_token", _per_token(logs, "kl"))
         new_entropy = add("entropy_per_token", _per_token(logs, "entropy"))
         fresh = []

@@ -138,7 +138,7 @@ def note_checkpoints_deleted(folder, deleted):
     except (OSError, ValueError):
         return
     best = report.get("best_checkpoint")
-    if best and Path(best).name in {Path(path).name for path in deleted}:
+    if best and Path(best).name in {Path(checkpoint).name for checkpoint in deleted}:
         report["best_checkpoint_deleted"] = True
         write_report(folder, report)
 
