@@ -177,13 +177,10 @@ def held_out_curve(folder):
 
 def health_alarms(folder):
     """One line per health alarm in the stage's `run_report.json` (none where the file is missing)."""
-    try:
-        report = json.loads((Path(folder) / "run_report.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    alarms = report.get("health") if isinstance(report, dict) else None
+    from rlhf.report import read_report
+
     lines = []
-    for alarm in alarms or []:
+    for alarm in read_report(folder).get("health") or []:
         if isinstance(alarm, dict):
             advice = f": {alarm['advice']}" if alarm.get("advice") else ""
             lines.append(f"{alarm.get('metric')} = {alarm.get('value')} at step {alarm.get('step')} (threshold "

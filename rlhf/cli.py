@@ -141,7 +141,7 @@ def exit_on_user_error(main):
             print("\nInterrupted: stopped at once (what was saved before stays intact).", file=sys.stderr, flush=True)
             code = INTERRUPTED_EXIT_CODE
         except SystemExit as stop:  # rlhf.guard's ends of training (interrupted, NaN)
-            code = stop.code if isinstance(stop.code, int) else 1
+            code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
             raise
         finally:
             signal.signal(signal.SIGTERM, sigterm)

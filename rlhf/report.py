@@ -129,14 +129,19 @@ def write_report(folder, report):
     tmp.replace(Path(folder) / REPORT_MD)
 
 
+def read_report(folder):
+    """The `run_report.json` in `folder` as a dict; {} where it is missing or unreadable."""
+    try:
+        report = json.loads((Path(folder) / REPORT_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
 def note_checkpoints_deleted(folder, deleted):
     """Say in the run's report that its best checkpoint is one of the `deleted` folders (quickstart.py deletes a
     finished stage's checkpoints), so that the report never points at a folder that is gone."""
-    path = Path(folder) / REPORT_JSON
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
+    report = read_report(folder)
     best = report.get("best_checkpoint")
     if best and Path(best).name in {Path(checkpoint).name for checkpoint in deleted}:
         report["best_checkpoint_deleted"] = True

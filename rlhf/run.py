@@ -515,14 +515,13 @@ class TrainingRun:
         from transformers.integrations import get_reporting_integration_callbacks
 
         from rlhf.health import Alarm, health_callback
-        from rlhf.report import REPORT_JSON, RunReport, report_callback, settings
+        from rlhf.report import RunReport, read_report, report_callback, settings
 
         earlier = []  # a resumed or continued run keeps its alarms and does not raise them again
         if self.checkpoint is not None:
             try:
-                earlier = [Alarm(**alarm) for alarm in
-                           json.loads((Path(self.output_dir) / REPORT_JSON).read_text(encoding="utf-8"))["health"]]
-            except (OSError, ValueError, KeyError, TypeError):
+                earlier = [Alarm(**alarm) for alarm in read_report(self.output_dir)["health"]]
+            except (KeyError, TypeError):
                 earlier = []
         training = self.configs[-1]
         flags = {"kind": self.script.removeprefix("train_").removesuffix(".py"),

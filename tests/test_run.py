@@ -325,7 +325,7 @@ def exit_now(code):
 
 
 @pytest.mark.parametrize("error, code", [(None, 0), (NothingToDo("nothing to do"), 0), (UserError("bad flag"), 2),
-                                         (KeyboardInterrupt(), 130), (SystemExit(3), 3)])
+                                         (KeyboardInterrupt(), 130), (SystemExit(3), 3), (SystemExit(None), 0)])
 def test_a_process_of_a_multi_process_run_ends_with_its_exit_code_before_interpreter_shutdown(monkeypatch, error,
                                                                                                code):
     # A gloo worker thread can abort interpreter shutdown (rlhf/cli.py `_exit_now`): such a process ends without it.
