@@ -155,7 +155,7 @@ class HealthMonitor:
                 if key.startswith("rewards/") and key.endswith("/std") and isinstance(value, (int, float))}
         for key, value in stds.items():
             add(key, value)
-        if stds:  # did every function give every completion the same score? (PPO's no_learning_signal)
+        if stds and self.flags.get("kind") == "ppo":  # did every function give every completion the same score?
             add("rollout_reward_constant", float(all(abs(std) < 1e-8 for std in stds.values())))
         new_kl = add("kl_per_token", _per_token(logs, "kl"))
         new_entropy = add("entropy_per_token", _per_token(logs, "entropy"))
@@ -186,8 +186,7 @@ class HealthMonitor:
                 f"in {zero[-1]:.0%} of groups every completion got the same reward, so their advantage is 0 and "
                 "they teach nothing", logs=ZERO_STD_WINDOW,
             )
-        same = s.get("rollout_reward_constant", [])
-        if flags.get("kind") == "ppo" and sustained(same, 0.5, ZERO_STD_WINDOW):
+        if sustained(s.get("rollout_reward_constant", []), 0.5, ZERO_STD_WINDOW):  # PPO's (GRPO has groups)
             yield self._alarm(
                 "no_learning_signal", "rewards/*/std", 0.0, 0.0, step,
                 "use a reward that varies across completions (--reward_funcs), or more --prompts_per_rollout or a "
