@@ -236,7 +236,7 @@ class RewardArguments(RewardModelArguments):
 
 @dataclass
 class Sampling:
-    """How completions are sampled (GRPO and evaluation; PPO samples with its temperature alone, top_p 1.0)."""
+    """How completions are sampled in evaluation (GRPO and PPO sample their rollouts with their own, top_p 1.0)."""
 
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})

@@ -13,6 +13,7 @@ from config import (
     RunDefaults,
     at_least,
     change,
+    check_sampling,
 )
 from rlhf.processes import launched_processes, on_gpu
 from rlhf.trl_compat import PPOConfig
@@ -94,6 +95,14 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy ratio."})
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    top_p: float = field(
+        default=1.0,
+        metadata={
+            "help": "Nucleus sampling threshold of the rollouts (ours: TRL's PPO samples at 1.0). The "
+            "log-probabilities, importance ratio and KL are those of the full distribution at --temperature, as with "
+            "GRPO's --top_p, so below 1.0 the gradient is biased. Evaluation keeps 0.9."
+        },
+    )
     max_completion_length: int = field(
         default=256,
         metadata={"aliases": ["--response_length", "--response-length"],
@@ -121,6 +130,7 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
             raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
         if self.kl_coef < 0:
             raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}.")
+        check_sampling(self)
         at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps",
                  "local_rollout_forward_batch_size")
         update = self.per_device_train_batch_size * self.gradient_accumulation_steps * launched_processes()

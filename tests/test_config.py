@@ -168,6 +168,8 @@ def test_out_of_range_values_are_refused_in_one_line():
     ("ppo", ["--num_ppo_epochs", "0"], "--num_ppo_epochs must be >= 1, got 0"),
     ("ppo", ["--total_episodes", "0"], "--total_episodes must be >= 1, got 0"),
     ("ppo", ["--kl_horizon", "0"], "--kl_horizon must be >= 1, got 0"),
+    ("ppo", ["--top_p", "1.5"], "--top_p must be in (0, 1]"),
+    ("ppo", ["--temperature", "0"], "--temperature must be > 0"),
     ("reward", ["--eval_samples", "-5"], "--eval_samples must be >= 0, got -5"),
     ("reward", ["--max_length", "0"], "--max_length must be >= 1, got 0"),
     ("evaluate", ["--num_prompts", "0"], "--num_prompts must be >= 1, got 0"),
@@ -193,6 +195,7 @@ def test_ppo_config_defaults_and_checks():
     *_, ppo = parse_args(ppo_types, [])
     assert (ppo.per_device_train_batch_size, ppo.num_ppo_epochs, ppo.kl_coef) == (4, 4, 0.05)
     assert (ppo.gamma, ppo.lam, ppo.cliprange, ppo.learning_rate, ppo.temperature) == (1.0, 0.95, 0.2, 5e-6, 0.7)
+    assert ppo.top_p == 1.0 and parse_args(ppo_types, ["--top_p", "0.9"])[-1].top_p == 0.9  # TRL's PPO samples at 1.0
     assert ppo.response_length == ppo.max_completion_length == 256
     assert ppo.output_dir == "./ppo_training_output" and ppo.reward_model_name_or_path == "./reward_model_output"
     assert ppo.stop_token == "eos" and ppo.missing_eos_penalty == 1.0 and ppo.target_kl is None

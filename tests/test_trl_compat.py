@@ -520,3 +520,57 @@ def test_each_pass_over_the_prompts_gets_the_order_of_that_pass_in_an_uninterrup
         fresh.set_epoch(epoch)
         orders.append(list(fresh))
     assert orders == passes and len(fresh) == len(uninterrupted)
+
+
+def test_rollouts_sample_from_the_nucleus_and_keep_the_whole_distributions_log_probabilities(hooks):
+    import torch
+    from transformers import GenerationConfig
+
+    hook = "PPOTrainerHooks.__init__ (recording_generate)"
+    policy, top_p = hooks.trained_policy, 0.3
+    hooks.args.top_p = top_p  # our PPO config's field; TRL's has none and samples at 1.0
+    # What TRL's train() passes to the policy's generate()
+    config = GenerationConfig(max_new_tokens=4, temperature=0.7 + 1e-7, top_k=0, top_p=1.0, do_sample=True)
+    queries = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20]])
+    kwargs = {"input_ids": queries, "attention_mask": torch.ones_like(queries), "return_dict_in_generate": True,
+              "output_scores": True}
+
+    torch.manual_seed(0)
+    output = policy.generate(generation_config=config, **kwargs)
+    completions = output.sequences[:, queries.shape[1]:]
+    with torch.no_grad():
+        logits = policy(output.sequences).logits[:, queries.shape[1] - 1:-1] / config.temperature
+    # TRL's rollout log-probabilities are those its training forward computes: the whole distribution
+    assert torch.allclose(torch.stack(output.scores, 1), logits, atol=1e-4), f"re-check {hook}"
+    # and each token was drawn from the nucleus: the tokens more likely than it hold less than top_p
+    probs = logits.softmax(-1)
+    drawn = probs.gather(-1, completions.unsqueeze(-1))
+    above = (probs * (probs > drawn)).sum(-1)
+    ended = (completions == hooks.processing_class.eos_token_id).cumsum(1) - (
+        completions == hooks.processing_class.eos_token_id).long()  # padding after the first EOS
+    assert (above[ended == 0] < top_p).all(), f"a token outside the nucleus: top_p was not applied, re-check {hook}"
+    assert (ended == 0).sum() >= 8
+
+    # transformers' own scores at top_p: all but the nucleus at -inf, which is why the hook replaces them
+    torch.manual_seed(0)
+    plain = type(policy).generate(policy, generation_config=GenerationConfig(**{**config.to_dict(), "top_p": top_p}),
+                                  **kwargs)
+    assert torch.isinf(torch.stack(plain.scores, 1)).any()
+
+
+def test_a_nucleus_rollout_starts_at_kl_0_from_the_reference(hooks):
+    from transformers import TrainerCallback
+
+    logged = []
+
+    class Logs(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logged.append(dict(logs))
+
+    hooks.args.top_p = 0.3
+    hooks.add_callback(Logs())
+    hooks.train()
+    # The policy is the reference at the first rollout: TRL's KL there is 0 when the rollout's log-probabilities are
+    # the whole distribution's (log 1/0.3 = 1.2 per token if they were the nucleus's)
+    assert abs(logged[0]["objective/kl"]) < 1e-3 and abs(logged[1]["objective/kl"]) > 1e-6
+    assert len(hooks.completions) == 2

@@ -11,6 +11,10 @@ Hooks a subclass overrides (each does nothing here):
 - `save_extra_checkpoint_files(checkpoint)`: files that must be in a checkpoint before it counts as complete.
 - `generating_aside()`: a context in which the policy generates without `record_completions` (an evaluation).
 
+Rollouts are sampled at `args.top_p` where the config has one below 1.0 (ours does; TRL's PPO samples at 1.0), with
+the rollout's log-probabilities those of the whole distribution at the temperature, as TRL's training forward
+computes them.
+
 A reward model with a `score_completions(query_responses, context_length)` method scores there, and only its
 `reward_model` attribute (a sequence classifier, or None) goes through DeepSpeed (see `_get_reward` below): how
 reward functions take the reward model's place.
@@ -23,6 +27,7 @@ What a subclass calls or reads:
 """
 
 import contextlib
+import copy
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -82,12 +87,22 @@ class PPOTrainerHooks(PatchedPPOTrainer):
         super().__init__(*args, **kwargs)
         self.dataloader = _RecordedPasses(self.dataloader)
         # TRL generates inside train(), through the policy's own generate() (trl's `batch_generation`): wrapping it
-        # on this policy object is the only way to see the completions.
+        # on this policy object is the only way to see the completions, and to sample them from a nucleus.
         self._recording = True
         generate = self.trained_policy.generate
 
         def recording_generate(input_ids, **kwargs):
+            nucleus = self._recording and getattr(self.args, "top_p", 1.0) < 1.0
+            if nucleus:
+                config = copy.deepcopy(kwargs["generation_config"])
+                config.top_p = self.args.top_p
+                kwargs.update(generation_config=config, output_logits=True)
             output = generate(input_ids=input_ids, **kwargs)
+            if nucleus:
+                # TRL takes a rollout's log-probabilities from `output.scores`, the logits after sampling's processors
+                # (top_p sets all but the nucleus to -inf), and its training forward from the model's logits over
+                # the temperature: the rollout's must be the same, or the first ratio and KL are off before any step.
+                output.scores = tuple(logits / config.temperature for logits in output.logits)
             if self._recording:
                 self.record_completions(output.sequences[:, input_ids.shape[1]:], self.stop_token_id)
             return output
