@@ -96,12 +96,13 @@ class PPOTrainerHooks(PatchedPPOTrainer):
             if nucleus:
                 config = copy.deepcopy(kwargs["generation_config"])
                 config.top_p = self.args.top_p
-                kwargs.update(generation_config=config, output_logits=True)
+                kwargs.update(generation_config=config, output_scores=False, output_logits=True)
             output = generate(input_ids=input_ids, **kwargs)
             if nucleus:
                 # TRL takes a rollout's log-probabilities from `output.scores`, the logits after sampling's processors
                 # (top_p sets all but the nucleus to -inf), and its training forward from the model's logits over
                 # the temperature: the rollout's must be the same, or the first ratio and KL are off before any step.
+                # Only the raw logits are kept, so generation holds one copy of them, as at top_p 1.0.
                 output.scores = tuple(logits / config.temperature for logits in output.logits)
             if self._recording:
                 self.record_completions(output.sequences[:, input_ids.shape[1]:], self.stop_token_id)
