@@ -236,7 +236,7 @@ class RewardArguments(RewardModelArguments):
 
 @dataclass
 class Sampling:
-    """How completions are sampled in evaluation (GRPO and PPO sample their rollouts with their own, top_p 1.0)."""
+    """How completions are sampled in evaluation (GRPO and PPO have their own sampling flags, top_p 1.0 by default)."""
 
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
