@@ -571,6 +571,6 @@ def test_a_nucleus_rollout_starts_at_kl_0_from_the_reference(hooks):
     hooks.add_callback(Logs())
     hooks.train()
     # The policy is the reference at the first rollout: TRL's KL there is 0 when the rollout's log-probabilities are
-    # the whole distribution's (log 1/0.3 = 1.2 per token if they were the nucleus's)
+    # the whole distribution's (if they were the nucleus's: log 1/(its mass), up to log 1/0.3 = 1.2, per token)
     assert abs(logged[0]["objective/kl"]) < 1e-3 and abs(logged[1]["objective/kl"]) > 1e-6
     assert len(hooks.completions) == 2
