@@ -11,9 +11,9 @@ Hooks a subclass overrides (each does nothing here):
 - `save_extra_checkpoint_files(checkpoint)`: files that must be in a checkpoint before it counts as complete.
 - `generating_aside()`: a context in which the policy generates without `record_completions` (an evaluation).
 
-Rollouts are sampled at `args.top_p` where the config has one below 1.0 (ours does; TRL's PPO samples at 1.0), with
-the rollout's log-probabilities those of the whole distribution at the temperature, as TRL's training forward
-computes them.
+Rollouts are sampled at `args.top_p` where it is below 1.0 (our PPO config has the field; TRL's has none and samples
+at 1.0), with the rollout's log-probabilities those of the whole distribution at the temperature, as TRL's training
+forward computes them.
 
 A reward model with a `score_completions(query_responses, context_length)` method scores there, and only its
 `reward_model` attribute (a sequence classifier, or None) goes through DeepSpeed (see `_get_reward` below): how
