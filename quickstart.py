@@ -39,8 +39,8 @@ MATH_SYSTEM_PROMPT = (
 )
 
 # Settings per task and machine, chosen by measurement (docs/results.md) so that each CPU run takes at most 25
-# minutes on 2 cores (math: 17 min 11 s at seed 3; reward model: 16 min 4 s at seed 42, and 20 min 15 s in an
-# earlier run of it, PPO's rate decaying, every stage slower).
+# minutes on 2 cores (math: 17 min 11 s at seed 3; reward model at seed 42: 16 min 4 s with PPO's 4 rollouts, which
+# the 6 it runs now lengthen by about 58 s, and 20 min 15 s in an earlier run, every stage slower).
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
@@ -49,19 +49,19 @@ SETTINGS = {
                  "--num_generations", "8", "--prompts_per_step", "2", "--prompts_per_generation", "2",
                  "--per_device_train_batch_size", "16", "--max_completion_length", "64", "--beta", "0.04",
                  "--save_steps", "4", "--no_gradient_checkpointing"],
-        # PPO at a constant learning rate, as GRPO. TRL's default decays it linearly, one step per rollout (3e-5,
-        # 2.25e-5, 1.5e-5, 7.5e-6 over the 4 rollouts: on average 62% of constant). Win rates at seeds 42, 1, 2, 3:
-        # linear 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45 (at 42 and 1):
-        # the same mean, and 2 seeds of 4 instead of 1 (docs/results.md).
-        "ppo": ["--total_episodes", "64", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
+        # PPO at a constant learning rate, as GRPO, over 6 rollouts of 16. TRL's default decays the rate linearly,
+        # one step per rollout (3e-5, 2.25e-5, 1.5e-5, 7.5e-6 over 4 rollouts). Win rates at seeds 42, 1, 2, 3 with 4
+        # rollouts: decaying 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45
+        # (at 42 and 1); constant over 6 rollouts 0.59, 0.64, 0.61, 0.45 (at 42, 1 and 2), ~58 s more: docs/results.md.
+        "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
-                "--max_completion_length", "64", "--save_steps", "4", "--no_gradient_checkpointing"],
+                "--max_completion_length", "64", "--save_steps", "6", "--no_gradient_checkpointing"],
         "evaluate": ["--num_prompts", "32", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "32"],
         # Held-out evaluation during training, at step 0 and each checkpoint (--save_steps): one evaluation of N
         # completions costs about 0.6 of a GRPO step generating N (measured on SmolLM2, math settings), so GRPO's
         # 4 add about a fifth to its stage; PPO's 3, of 8 completions each, 11-12 s each (seed 42).
         "grpo_eval": ["--eval_prompts", "8", "--eval_completions", "2"],
-        "ppo_eval": ["--eval_prompts", "8", "--eval_completions", "1", "--eval_steps", "2"],
+        "ppo_eval": ["--eval_prompts", "8", "--eval_completions", "1", "--eval_steps", "3"],
     },
     ("math", "cpu"): {
         # GRPO samples at top_p 0.9, as the evaluation does, not at its default 1.0 (the distribution its loss uses):
