@@ -190,7 +190,7 @@ def test_the_real_quickstarts_settings_are_flags_its_scripts_take(task):
     grpo = 0.9 if task == "math" else 1.0
     assert (parsed["grpo"][-1].top_p, parsed["ppo"][-1].top_p, parsed["evaluate"][0].top_p) == (grpo, 1.0, 0.9)
     # GRPO holds its learning rate; PPO too on the reward-model task, and keeps TRL's linear decay on math (measured
-    # both ways: docs/results.md). The parsed value is transformers' enum: compare its string.
+    # both ways: docs/results.md). The parsed value is transformers' SchedulerType: its `.value` is the flag's string.
     ppo_schedule = "constant" if task == "rm" else "linear"
-    schedules = (str(parsed["grpo"][-1].lr_scheduler_type.value), str(parsed["ppo"][-1].lr_scheduler_type.value))
+    schedules = (parsed["grpo"][-1].lr_scheduler_type.value, parsed["ppo"][-1].lr_scheduler_type.value)
     assert schedules == ("constant", ppo_schedule)
