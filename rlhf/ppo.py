@@ -13,6 +13,8 @@ private of TRL's), `ResumablePPOTrainer` adds:
   `objective/kl_coef` at every step either way;
 - `completions/mean_length`, `min_length`, `max_length` and `clipped_ratio`, under GRPO's names: TRL's PPO logs
   no completion length, which is where length hacking shows;
+- `objective/advantages_zeroed`: the share of processes whose rollout had no reward signal (every completion scored
+  the same) and was trained on with advantages of 0 (`--skip_rollouts_without_signal`), said once on the console;
 - `PPORewards`: GRPO's `--reward_funcs` (the verifier, a user's function, the reward model) and `--reward_weights`
   in the reward model's place, each function logged as `rewards/<name>/mean` and `std`, as GRPO logs it.
 """
@@ -196,6 +198,7 @@ class ResumablePPOTrainer(PPOTrainerHooks):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._lengths, self._clipped = [], []  # of the completions generated since the last log
+        self._said_zeroed = False  # the console line on a rollout without signal comes once
         self.rewards = kwargs.get("reward_model") if isinstance(kwargs.get("reward_model"), PPORewards) else None
         if self.rewards is not None:
             self.rewards.trainer_state = lambda: self.state
@@ -209,6 +212,7 @@ class ResumablePPOTrainer(PPOTrainerHooks):
         """Add the KL coefficient and completion lengths to a training step's metrics; then adapt the coefficient."""
         if "objective/kl" in logs:  # a training step's metrics, logged by every process
             logs["objective/kl_coef"] = self.kl_coef  # the coefficient this batch was trained with
+            logs["objective/advantages_zeroed"] = self._advantages_zeroed_share(logs)
             if self._lengths:
                 logs.update(self._completion_metrics())
             if self.rewards is not None:
@@ -217,6 +221,18 @@ class ResumablePPOTrainer(PPOTrainerHooks):
                 self.kl_coef = adaptive_kl_coef(self.kl_coef, logs["objective/kl"], self.args.target_kl,
                                                 self.args.batch_size, self.args.kl_horizon)
         super().log(logs, *args, **kwargs)
+
+    def _advantages_zeroed_share(self, logs):
+        """The share of processes whose last rollout had no signal (call it in every process); said once."""
+        zeroed = torch.tensor([float(self.advantages_zeroed)], device=self.accelerator.device)
+        share = self.accelerator.gather_for_metrics(zeroed).mean().item()
+        if share and not self._said_zeroed and self.accelerator.is_main_process:
+            self._said_zeroed = True
+            print(f"PPO step {self.state.global_step}: every completion of a rollout scored the same "
+                  f"(objective/scores {logs['objective/scores']:.3g}): no reward signal, so its advantages are 0 and "
+                  "the policy takes no step from it (said once; objective/advantages_zeroed counts them; "
+                  "--skip_rollouts_without_signal false trains on them as TRL does)", flush=True)
+        return share
 
     def _completion_metrics(self):
         """Lengths of the completions generated since the last log, over all processes (call it in every one)."""

@@ -103,6 +103,14 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
             "GRPO's --top_p, so below 1.0 the gradient is biased. Evaluation keeps 0.9."
         },
     )
+    skip_rollouts_without_signal: bool = field(
+        default=True,
+        metadata={
+            "help": "A rollout whose completions all scored the same (e.g. none passed the verifier) is trained on "
+            "with advantages of 0: the policy takes no step from it, the value model still learns (ours; TRL "
+            "whitens them to unit size, a full step from noise). Logged as objective/advantages_zeroed."
+        },
+    )
     max_completion_length: int = field(
         default=256,
         metadata={"aliases": ["--response_length", "--response-length"],

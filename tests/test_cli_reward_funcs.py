@@ -1,6 +1,7 @@
 """GRPO and evaluation with rule-based, custom and mixed rewards, run as subprocesses on tiny models."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,27 @@ def test_ppo_with_the_verifier_and_a_custom_function_and_no_reward_model(tiny_mo
     start = value_model.model.embed_tokens.weight
     assert torch.allclose(start, policy.model.embed_tokens.weight, atol=1e-3)
     assert not torch.allclose(start, reward_model.model.embed_tokens.weight, atol=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("skip", [True, False])
+def test_ppo_takes_no_policy_step_from_rollouts_whose_completions_all_scored_the_same(tiny_models, tmp_path, skip):
+    import torch
+    from safetensors.torch import load_file
+
+    # A random tiny model never writes \boxed{...}: every completion scores -0.5, no rollout has a reward signal.
+    args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--missing_eos_penalty", "0",
+                     "--skip_rollouts_without_signal", str(skip), script="train_ppo.py")
+    result = run_script("train_ppo.py", *args)
+    assert_ok(result)
+    logged = scalars(tmp_path / "run")
+    assert {value for _, value in logged["train/objective/scores"]} == {-0.5}
+    assert {value for _, value in logged["train/objective/advantages_zeroed"]} == {float(skip)}
+    assert result.stdout.count("no reward signal, so its advantages are 0") == int(skip)  # said once
+    start = load_file(Path(tiny_models["policy"]) / "model.safetensors")
+    trained = load_file(tmp_path / "run" / "model.safetensors")
+    unchanged = all(torch.equal(trained[name], start[name]) for name in start)
+    assert unchanged == skip
 
 
 @pytest.mark.slow

@@ -574,3 +574,42 @@ def test_a_nucleus_rollout_starts_at_kl_0_from_the_reference(hooks):
     # the whole distribution's (if they were the nucleus's: log 1/(its mass), up to log 1/0.3 = 1.2, per token)
     assert abs(logged[0]["objective/kl"]) < 1e-3 and abs(logged[1]["objective/kl"]) > 1e-6
     assert len(hooks.completions) == 2
+
+
+class _Scores:
+    """Scores in a reward model's place (the `score_completions` route of `_get_reward`): all 0, or all different."""
+
+    reward_model = None
+
+    def __init__(self, equal):
+        self.equal = equal
+
+    def score_completions(self, query_responses, context_length):
+        import torch
+
+        n = len(query_responses)
+        return torch.zeros(n) if self.equal else torch.arange(n, dtype=torch.float32)
+
+    def eval(self):  # TRL's __init__ calls it on the reward model
+        return self
+
+    def to(self, *args, **kwargs):  # and moves it to the device
+        return self
+
+
+@pytest.mark.parametrize("equal, skip", [(True, True), (True, False), (False, True)])
+def test_a_rollout_without_signal_gets_advantages_of_0_and_moves_only_the_value_model(hooks, equal, skip):
+    import torch
+
+    where = "_masked_whiten in rlhf/trl_compat/ppo.py (TRL's train() calls masked_whiten with `scores` in its frame)"
+    hooks.reward_model = _Scores(equal)
+    hooks.args.skip_rollouts_without_signal = skip  # our PPO config's field; TRL's has none
+    policy = {name: p.detach().clone() for name, p in hooks.trained_policy.named_parameters()}
+    value = {name: p.detach().clone() for name, p in hooks.trained_value_model.named_parameters()}
+    hooks.train()
+    policy_moved = any(not torch.equal(p, policy[name]) for name, p in hooks.trained_policy.named_parameters())
+    value_moved = any(not torch.equal(p, value[name]) for name, p in hooks.trained_value_model.named_parameters())
+    zeroed = equal and skip
+    assert hooks.advantages_zeroed == zeroed, f"re-check {where}"
+    assert policy_moved != zeroed, f"re-check {where}"  # TRL whitens equal scores' advantages to unit size
+    assert value_moved  # the returns the value model learns are computed before the advantages are whitened

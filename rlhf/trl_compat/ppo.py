@@ -15,12 +15,17 @@ Rollouts are sampled at `args.top_p` where it is below 1.0 (our PPO config has t
 at 1.0), with the rollout's log-probabilities those of the whole distribution at the temperature, as TRL's training
 forward computes them.
 
+A rollout whose scores are all equal (no completion scored apart from the others) is trained on with advantages of 0
+where `args.skip_rollouts_without_signal` is set (our PPO config's field; TRL's has none and whitens them to unit size,
+see `_masked_whiten` below); `advantages_zeroed` says whether the last rollout's were.
+
 A reward model with a `score_completions(query_responses, context_length)` method scores there, and only its
 `reward_model` attribute (a sequence classifier, or None) goes through DeepSpeed (see `_get_reward` below): how
 reward functions take the reward model's place.
 
 What a subclass calls or reads:
 - `kl_coef`: the KL coefficient of the next batch (can be set);
+- `advantages_zeroed`: whether the last rollout was one without signal, trained on with advantages of 0;
 - `trained_policy`, `trained_value_model`, `value_model_state_dict()`;
 - `restore_optimizer_scheduler_and_rng(checkpoint)` and `start_at_batch(done)`: to resume a run, in the pass over
   the prompts it stopped in, drawn in the same order (each checkpoint holds the random state the pass was drawn from).
@@ -28,6 +33,7 @@ What a subclass calls or reads:
 
 import contextlib
 import copy
+import sys
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -74,10 +80,34 @@ def _prepare_deepspeed(model, accelerator):
     return _trl_prepare_deepspeed(model, accelerator)
 
 
+def _masked_whiten(values, mask, shift_mean=True):
+    """TRL 1.12's `PPOTrainer.train()` whitens a rollout's advantages with the module-level
+    `masked_whiten(advantages, ~padding_mask)` (and, with `whiten_rewards`, its rewards, `shift_mean=False`), in the
+    frame where `scores` holds the rollout's score of each completion (the missing-EOS penalty included).
+
+    Whitened, the advantages have unit size whatever the scores: where every completion scored the same (a verifier
+    that none passed), they are GAE's noise (the value model's errors, the KL penalty and, with `lam` < 1, a push
+    against the last token, EOS), and PPO takes a full step from them. Where the trainer's
+    `args.skip_rollouts_without_signal` is set, such a rollout's advantages are 0 instead: the policy gets no gradient
+    from it (GRPO's zero advantage for a group whose completions all scored the same); its returns, which the value
+    model learns, are computed before this call and stay."""
+    whitened = _trl_masked_whiten(values, mask, shift_mean)
+    caller = sys._getframe(1)
+    if shift_mean and caller.f_code is _trl_ppo_trainer.PPOTrainer.train.__code__:
+        trainer, scores = caller.f_locals["self"], caller.f_locals["scores"]
+        trainer.advantages_zeroed = (getattr(trainer.args, "skip_rollouts_without_signal", False)
+                                     and bool((scores == scores[0]).all()))
+        if trainer.advantages_zeroed:
+            return whitened.zero_()
+    return whitened
+
+
 _trl_prepare_deepspeed = _trl_ppo_trainer.prepare_deepspeed
+_trl_masked_whiten = _trl_ppo_trainer.masked_whiten
 # The names PPOTrainer looks up when it runs: every model but reward functions goes through TRL's own.
 _trl_ppo_trainer.get_reward = _get_reward
 _trl_ppo_trainer.prepare_deepspeed = _prepare_deepspeed
+_trl_ppo_trainer.masked_whiten = _masked_whiten
 
 
 class PPOTrainerHooks(PatchedPPOTrainer):
@@ -85,6 +115,7 @@ class PPOTrainerHooks(PatchedPPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.advantages_zeroed = False  # set at each rollout by _masked_whiten
         self.dataloader = _RecordedPasses(self.dataloader)
         # TRL generates inside train(), through the policy's own generate() (trl's `batch_generation`): wrapping it
         # on this policy object is the only way to see the completions, and to sample them from a nucleus.
