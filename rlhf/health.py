@@ -27,7 +27,8 @@ CUT_OFF_FALL = 0.1
 # never 2 logs in a row above 0.5. With 4 groups the fraction moves in quarters: hence ZERO_STD_WINDOW logs.
 # PPO has no groups: the same alarm when every reward function's std is 0 in each of ZERO_STD_WINDOW rollouts.
 # Replayed on 7 math/reward-model PPO runs (docs/results.md): only the one that boxed nothing for 5
-# rollouts raises it; seed 1's shipped run (std 0 at rollouts 1 and 6) does not.
+# rollouts raises it; seed 1's shipped run (std 0 at rollouts 1, 2 and 4; at 1 and 6 before such rollouts got
+# advantages of 0) does not.
 ZERO_STD_FRACTION = 0.9
 ZERO_STD_WINDOW = 5
 # A reward function that has given every completion the same score at every log since the run began (its
