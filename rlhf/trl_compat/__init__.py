@@ -19,7 +19,7 @@ Fixes of TRL or transformers behaviour, each named for what it fixes and citing 
 
 Hook points where TRL has none: `rlhf/trl_compat/ppo.py`, `PPOTrainerHooks` (`PatchedPPOTrainer` with named
 places for what `rlhf/ppo.py` adds: files in a checkpoint, resume, the completions generated, the KL coefficient,
-reward functions in the reward model's place).
+reward functions in the reward model's place, advantages of 0 for a rollout without signal).
 
 `tests/test_trl_compat.py` checks each by behaviour on tiny models, and each fix against TRL's own behaviour
 without it.

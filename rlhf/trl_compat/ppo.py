@@ -104,7 +104,8 @@ def _masked_whiten(values, mask, shift_mean=True):
 
 _trl_prepare_deepspeed = _trl_ppo_trainer.prepare_deepspeed
 _trl_masked_whiten = _trl_ppo_trainer.masked_whiten
-# The names PPOTrainer looks up when it runs: every model but reward functions goes through TRL's own.
+# The names PPOTrainer looks up in its module when it runs: every model but reward functions goes through TRL's
+# own, and the advantages of every rollout with a signal are TRL's whitened ones.
 _trl_ppo_trainer.get_reward = _get_reward
 _trl_ppo_trainer.prepare_deepspeed = _prepare_deepspeed
 _trl_ppo_trainer.masked_whiten = _masked_whiten
