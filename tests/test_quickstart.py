@@ -194,3 +194,8 @@ def test_the_real_quickstarts_settings_are_flags_its_scripts_take(task):
     ppo_schedule = "constant" if task == "rm" else "linear"
     schedules = (parsed["grpo"][-1].lr_scheduler_type.value, parsed["ppo"][-1].lr_scheduler_type.value)
     assert schedules == ("constant", ppo_schedule)
+    # GRPO's groups: 4 prompts x 4 completions a step on the reward-model task, 4 x 8 on math (measured: results.md);
+    # PPO trains on no rollout whose completions all scored the same.
+    grpo = parsed["grpo"][-1]
+    assert (grpo.prompts_per_step, grpo.num_generations) == ((4, 4) if task == "rm" else (4, 8))
+    assert parsed["ppo"][-1].skip_rollouts_without_signal
