@@ -289,6 +289,8 @@ def cli(args=None):
 
 def summarize(out, args, evaluation, timings, trained):
     """Print the result and write it to quickstart_summary.json."""
+    from rlhf.evaluation import gain_interval, win_interval
+
     report = json.loads(evaluation.read_text())
     lines, summary = ["", "=== summary ==="], {"task": args.task, "seed": args.seed, "timings_s": timings}
     if args.task == "rm":
@@ -306,10 +308,9 @@ def summarize(out, args, evaluation, timings, trained):
         lines.append(line)
     for c in report["comparison"]:
         line = (f"{Path(c['model_path']).name:>24} vs base: win rate {c['win_rate']:.2f} "
-                f"(95% CI {c['ci_low']:.2f}-{c['ci_high']:.2f}), mean reward {c['mean_reward_delta']:+.3f}")
+                f"(95% CI {win_interval(c, '-')}), mean reward {c['mean_reward_delta']:+.3f}")
         if "accuracy_delta" in c:
-            line += (f", accuracy {c['accuracy_delta']:+.1%} (paired 95% CI {c['accuracy_delta_ci_low']:+.1%} to "
-                     f"{c['accuracy_delta_ci_high']:+.1%})")
+            line += f", accuracy {c['accuracy_delta']:+.1%} (paired 95% CI {gain_interval(c, ' to ')})"
         lines.append(line)
     for folder in trained:
         curve, alarms = held_out_curve(folder), health_alarms(folder)

@@ -227,6 +227,28 @@ def score(funcs, weights, rows, completions):
             completion["rank"] = rank
 
 
+def interval_bound(value, reference, digits=2, percent=False, sign=False):
+    """An interval's bound to `digits` decimals (of a percentage with `percent`), with more (up to 5) while it would
+    print as `reference` without being it: a win rate's lower bound 0.504 prints 0.504, not 0.50, which would read
+    as touching 0.5; a gain's reference is 0."""
+    scale = 100 if percent else 1
+    while digits < 5 and value != reference and round(value * scale, digits) == round(reference * scale, digits):
+        digits += 1
+    return f"{value:{'+' if sign else ''}.{digits}{'%' if percent else 'f'}}"
+
+
+def win_interval(c, separator=", "):
+    """A comparison's win-rate interval, its bounds told apart from 0.5."""
+    return f"{interval_bound(c['ci_low'], 0.5)}{separator}{interval_bound(c['ci_high'], 0.5)}"
+
+
+def gain_interval(c, separator=", "):
+    """A comparison's accuracy-gain interval in points of percent, its bounds told apart from 0."""
+    low, high = (interval_bound(c[key], 0, 1, percent=True, sign=True)
+                 for key in ("accuracy_delta_ci_low", "accuracy_delta_ci_high"))
+    return f"{low}{separator}{high}"
+
+
 def format_table(results, comparison):
     """The terminal summary of an evaluation: one line per model, then the verifier's figures when it scored."""
     wins = [None, *comparison]  # by position: the same model may be given twice (a check that it ties)
@@ -236,7 +258,7 @@ def format_table(results, comparison):
         s = r["summary"]
         corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
         win = "(baseline)" if c is None else (
-            f"{c['win_rate']:.2f} [{c['ci_low']:.2f}, {c['ci_high']:.2f}]  Δreward {c['mean_reward_delta']:+.3f}")
+            f"{c['win_rate']:.2f} [{win_interval(c)}]  Δreward {c['mean_reward_delta']:+.3f}")
         lines.append(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
                      f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
     if results and "verifier_accuracy" in results[0]["summary"]:
@@ -245,7 +267,7 @@ def format_table(results, comparison):
         for r, c in zip(results, wins):
             s = r["summary"]
             gain = "(baseline)" if c is None else (
-                f"{c['accuracy_delta']:+.1%} [{c['accuracy_delta_ci_low']:+.1%}, {c['accuracy_delta_ci_high']:+.1%}]")
+                f"{c['accuracy_delta']:+.1%} [{gain_interval(c)}]")
             accuracy = (f"{s['verifier_accuracy']:.1%} [{s['verifier_accuracy_ci_low']:.0%}, "
                         f"{s['verifier_accuracy_ci_high']:.0%}]")
             lines.append(f"{r['model_path'][-40:]:<40} {s['format_rate']:>6.0%} {accuracy:>20} "

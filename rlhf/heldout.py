@@ -98,12 +98,18 @@ def best_metric_name(metrics):
 
 def describe(step, metrics):
     """The console line of one evaluation."""
-    def interval(name, form):
-        return f"{metrics[name]:{form}} [{metrics[name + '_low']:{form}}, {metrics[name + '_high']:{form}}]"
+    from rlhf.evaluation import interval_bound
 
-    line = f"held-out eval, step {step}: win rate {interval('eval/win_rate', '.2f')} vs the starting policy"
+    def bounds(name, reference, digits, **style):  # told apart from the reference where they round onto it
+        low, high = (interval_bound(metrics[f"{name}_{end}"], reference, digits, **style) for end in ("low", "high"))
+        return f"[{low}, {high}]"
+
+    line = (f"held-out eval, step {step}: win rate {metrics['eval/win_rate']:.2f} {bounds('eval/win_rate', 0.5, 2)} "
+            "vs the starting policy")
     if "eval/accuracy" in metrics:
-        line += (f"; accuracy {interval('eval/accuracy', '.1%')}, gain {interval('eval/accuracy_gain', '+.1%')}")
+        line += (f"; accuracy {metrics['eval/accuracy']:.1%} [{metrics['eval/accuracy_low']:.1%}, "
+                 f"{metrics['eval/accuracy_high']:.1%}], gain {metrics['eval/accuracy_gain']:+.1%} "
+                 f"{bounds('eval/accuracy_gain', 0, 1, percent=True, sign=True)}")
     return line
 
 

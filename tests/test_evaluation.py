@@ -14,10 +14,13 @@ from rlhf.evaluation import (
     check_writable,
     compare,
     format_table,
+    gain_interval,
+    interval_bound,
     pearson,
     prompt_win_scores,
     rank_labels,
     summarize,
+    win_interval,
 )
 
 
@@ -358,3 +361,17 @@ def test_an_unfinished_runs_folder_names_its_latest_checkpoint(tiny_models, tmp_
     line = error_line(run_cli("evaluate_generations.py", *eval_args(tiny_models, tmp_path / "e.json", run)))
     assert f"{run} holds no final model yet" in line
     assert f"pass its latest, {run / 'checkpoint-4'}, to --model_path" in line
+
+
+def test_an_interval_bound_that_would_print_as_its_reference_gets_the_decimals_to_tell_them_apart():
+    assert interval_bound(0.50390625, 0.5) == "0.504"  # 0.50 would read as touching 0.5
+    assert interval_bound(0.4999, 0.5) == "0.4999" and interval_bound(0.5, 0.5) == "0.50"
+    assert interval_bound(0.62, 0.5) == "0.62" and interval_bound(0.656, 0.5) == "0.66"
+    assert interval_bound(0.0, 0, 1, percent=True, sign=True) == "+0.0%"  # exactly 0: no gain shown
+    assert interval_bound(0.0004, 0, 1, percent=True, sign=True) == "+0.04%"
+    assert interval_bound(-0.0002, 0, 1, percent=True, sign=True) == "-0.02%"
+    assert interval_bound(0.0375, 0, 1, percent=True, sign=True) == "+3.8%"
+    comparison = {"ci_low": 0.50390625, "ci_high": 0.65625, "accuracy_delta_ci_low": 0.0,
+                  "accuracy_delta_ci_high": 0.0375}
+    assert win_interval(comparison, "-") == "0.504-0.66"
+    assert gain_interval(comparison, " to ") == "+0.0% to +3.8%"
