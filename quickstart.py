@@ -39,7 +39,7 @@ MATH_SYSTEM_PROMPT = (
 )
 
 # Settings per task and machine, chosen by measurement (docs/results.md) so that each CPU run takes at most 25
-# minutes on 2 cores (math: 17 min 11 s at seed 3; reward model: 18 min 15 s at seed 42 from a fresh clone, the
+# minutes on 2 cores (math: 18 min 42 s at seed 1; reward model: 18 min 15 s at seed 42 from a fresh clone, the
 # model's conversion included; an earlier version took 20 min 15 s in a run with every stage slower).
 SETTINGS = {
     ("rm", "cpu"): {
