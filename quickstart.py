@@ -307,9 +307,10 @@ def summarize(out, args, evaluation, timings, trained):
         lines.append(line)
     for c in report["comparison"]:
         line = (f"{Path(c['model_path']).name:>24} vs base: win rate {c['win_rate']:.2f} "
-                f"(95% CI {win_interval(c, '-')}), mean reward {c['mean_reward_delta']:+.3f}")
+                f"(95% CI {win_interval(c['ci_low'], c['ci_high'], '-')}), mean reward {c['mean_reward_delta']:+.3f}")
         if "accuracy_delta" in c:
-            line += f", accuracy {c['accuracy_delta']:+.1%} (paired 95% CI {gain_interval(c, ' to ')})"
+            gain = gain_interval(c["accuracy_delta_ci_low"], c["accuracy_delta_ci_high"], " to ")
+            line += f", accuracy {c['accuracy_delta']:+.1%} (paired 95% CI {gain})"
         lines.append(line)
     for folder in trained:
         curve, alarms = held_out_curve(folder), health_alarms(folder)

@@ -237,15 +237,14 @@ def interval_bound(value, reference, digits=2, percent=False, sign=False):
     return f"{value:{'+' if sign else ''}.{digits}{'%' if percent else 'f'}}"
 
 
-def win_interval(c, separator=", "):
-    """A comparison's win-rate interval, its bounds told apart from 0.5."""
-    return f"{interval_bound(c['ci_low'], 0.5)}{separator}{interval_bound(c['ci_high'], 0.5)}"
+def win_interval(low, high, separator=", "):
+    """A win rate's interval, its bounds told apart from 0.5."""
+    return f"{interval_bound(low, 0.5)}{separator}{interval_bound(high, 0.5)}"
 
 
-def gain_interval(c, separator=", "):
-    """A comparison's accuracy-gain interval in points of percent, its bounds told apart from 0."""
-    low, high = (interval_bound(c[key], 0, 1, percent=True, sign=True)
-                 for key in ("accuracy_delta_ci_low", "accuracy_delta_ci_high"))
+def gain_interval(low, high, separator=", "):
+    """An accuracy gain's interval in points of percent, its bounds told apart from 0."""
+    low, high = (interval_bound(bound, 0, 1, percent=True, sign=True) for bound in (low, high))
     return f"{low}{separator}{high}"
 
 
@@ -258,7 +257,7 @@ def format_table(results, comparison):
         s = r["summary"]
         corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
         win = "(baseline)" if c is None else (
-            f"{c['win_rate']:.2f} [{win_interval(c)}]  Δreward {c['mean_reward_delta']:+.3f}")
+            f"{c['win_rate']:.2f} [{win_interval(c['ci_low'], c['ci_high'])}]  Δreward {c['mean_reward_delta']:+.3f}")
         lines.append(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
                      f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
     if results and "verifier_accuracy" in results[0]["summary"]:
@@ -267,7 +266,8 @@ def format_table(results, comparison):
         for r, c in zip(results, wins):
             s = r["summary"]
             gain = "(baseline)" if c is None else (
-                f"{c['accuracy_delta']:+.1%} [{gain_interval(c)}]")
+                f"{c['accuracy_delta']:+.1%} "
+                f"[{gain_interval(c['accuracy_delta_ci_low'], c['accuracy_delta_ci_high'])}]")
             accuracy = (f"{s['verifier_accuracy']:.1%} [{s['verifier_accuracy_ci_low']:.0%}, "
                         f"{s['verifier_accuracy_ci_high']:.0%}]")
             lines.append(f"{r['model_path'][-40:]:<40} {s['format_rate']:>6.0%} {accuracy:>20} "

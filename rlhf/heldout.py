@@ -98,18 +98,15 @@ def best_metric_name(metrics):
 
 def describe(step, metrics):
     """The console line of one evaluation."""
-    from rlhf.evaluation import interval_bound
+    from rlhf.evaluation import gain_interval, win_interval
 
-    def bounds(name, reference, digits, **style):  # told apart from the reference where they round onto it
-        low, high = (interval_bound(metrics[f"{name}_{end}"], reference, digits, **style) for end in ("low", "high"))
-        return f"[{low}, {high}]"
-
-    line = (f"held-out eval, step {step}: win rate {metrics['eval/win_rate']:.2f} {bounds('eval/win_rate', 0.5, 2)} "
-            "vs the starting policy")
-    if "eval/accuracy" in metrics:
-        line += (f"; accuracy {metrics['eval/accuracy']:.1%} [{metrics['eval/accuracy_low']:.1%}, "
-                 f"{metrics['eval/accuracy_high']:.1%}], gain {metrics['eval/accuracy_gain']:+.1%} "
-                 f"{bounds('eval/accuracy_gain', 0, 1, percent=True, sign=True)}")
+    m = metrics
+    line = (f"held-out eval, step {step}: win rate {m['eval/win_rate']:.2f} "
+            f"[{win_interval(m['eval/win_rate_low'], m['eval/win_rate_high'])}] vs the starting policy")
+    if "eval/accuracy" in m:
+        line += (f"; accuracy {m['eval/accuracy']:.1%} [{m['eval/accuracy_low']:.1%}, {m['eval/accuracy_high']:.1%}], "
+                 f"gain {m['eval/accuracy_gain']:+.1%} "
+                 f"[{gain_interval(m['eval/accuracy_gain_low'], m['eval/accuracy_gain_high'])}]")
     return line
 
 

@@ -371,7 +371,5 @@ def test_an_interval_bound_that_would_print_as_its_reference_gets_the_decimals_t
     assert interval_bound(0.0004, 0, 1, percent=True, sign=True) == "+0.04%"
     assert interval_bound(-0.0002, 0, 1, percent=True, sign=True) == "-0.02%"
     assert interval_bound(0.0375, 0, 1, percent=True, sign=True) == "+3.8%"
-    comparison = {"ci_low": 0.50390625, "ci_high": 0.65625, "accuracy_delta_ci_low": 0.0,
-                  "accuracy_delta_ci_high": 0.0375}
-    assert win_interval(comparison, "-") == "0.504-0.66"
-    assert gain_interval(comparison, " to ") == "+0.0% to +3.8%"
+    assert win_interval(0.50390625, 0.65625, "-") == "0.504-0.66"
+    assert gain_interval(0.0, 0.0375, " to ") == "+0.0% to +3.8%"
