@@ -1,4 +1,4 @@
-r"""Align a causal LM to a frozen reward model with PPO (TRL 1.12's experimental PPOTrainer).
+r"""Align a causal LM to a frozen reward model with PPO (the package's own, copied from TRL 1.12).
 
 Four models: the policy (trained), a frozen reference (KL penalty), the frozen reward model and a value model
 (trained, starting from the reward model). With LoRA the reference is the policy with its adapter disabled.
@@ -40,15 +40,9 @@ from rlhf.run import start_run
 
 
 def main(model_args, data_args, training_args):
-    # Imported here, inside cli(): a TRL release other than the pinned one is then refused in one line.
-    from rlhf.ppo import (
-        VALUE_MODEL_DIR,
-        PPORewards,
-        ResumablePPOTrainer,
-        check_same_tokenizer,
-        load_ppo_models,
-        value_model_source,
-    )
+    # Imported here, inside cli(): after the flags are parsed, so that --help and a flag's error come at once.
+    from rlhf.ppo import PPORewards, check_same_tokenizer, load_ppo_models, value_model_source
+    from rlhf.ppo_trainer import VALUE_MODEL_DIR, PPOTrainer
 
     configs = (model_args, data_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
@@ -109,7 +103,7 @@ def main(model_args, data_args, training_args):
     ################
     # Training
     ################
-    trainer = ResumablePPOTrainer(
+    trainer = PPOTrainer(
         args=training_args,
         processing_class=tokenizer,
         model=policy,

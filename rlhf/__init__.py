@@ -12,8 +12,9 @@ heldout       held-out evaluation during training: eval/ scalars with intervals,
 lock          one run per output folder (a dead run's lock is taken over)
 metrics       the TensorBoard reader, GRPO/PPO tags onto common columns
 models        tokenizers and policies, LoRA/QLoRA, precision checks
-ppo           PPO beyond TRL: adaptive KL, completion lengths, resume, the value model
-ppo_config    PPOTrainingConfig and PPOModelArguments: TRL's PPOConfig with this package's defaults
+ppo           around PPO's trainer: the models loaded, the tokenizer check, reward functions as its reward
+ppo_config    PPOConfig (copied from TRL 1.12), PPOTrainingConfig (its defaults here) and PPOModelArguments
+ppo_trainer   PPO, the package's own (TRL 1.12's PPOTrainer copied and edited): one rollout top to bottom
 processes     which process this is in a launch, and whether it trains on a GPU
 report        run_report.json / run_report.md: settings, speed, memory, alarms, evaluations
 reward        the frozen reward model: loading, scoring, accuracy, saving a trained one
@@ -22,6 +23,6 @@ reward_funcs  --reward_funcs: built-in rule rewards, user functions by import pa
 run           a launch's lifecycle (start_run -> record -> train -> save -> finish): fresh, resume, continue or
               nothing to do; the manifest, checkpoints
 tiny          tiny random models and a tokenizer, for tests and the benchmark's wiring runs
-trl_compat    every TRL import, the TRL version check, the named fixes of TRL 1.12's bugs (ppo_fixes)
+trl_compat    every TRL import, the TRL version check, the named fixes of TRL's and transformers' behaviour
 verifier      the math verifier: a completion's final answer, and whether it equals the reference
 """

@@ -1,9 +1,17 @@
-"""`PPOTrainingConfig`: TRL's `PPOConfig` (trl.experimental.ppo in TRL 1.12) with this package's defaults, adaptive
-KL, GRPO's reward functions, the value model's source and `prompts_per_rollout`; `PPOModelArguments`: the model
-arguments, where TRL's `--sft_model_path` names the policy too. Imported by train_ppo.py alone; pickle finds the config
-here."""
+"""PPO's configuration: `PPOConfig`, TRL 1.12.0's (copied with its trainer, see `rlhf/ppo_trainer.py`), and
+`PPOTrainingConfig`, that config with this package's defaults, adaptive KL, GRPO's reward functions, the value model's
+source and `prompts_per_rollout`; `PPOModelArguments`: the model arguments, where TRL's `--sft_model_path` names the
+policy too. Imported by train_ppo.py alone; pickle finds the config here.
+
+`PPOConfig` is copied from TRL 1.12.0, `trl/experimental/ppo/ppo_config.py` and `trl/trainer/base_config.py`
+(huggingface/trl, Apache-2.0, Copyright 2020-2026 The HuggingFace Team), on transformers' `TrainingArguments`; the
+fields marked "ours" are this package's.
+"""
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from transformers import TrainingArguments
 
 from config import (
     GPU_PROMPTS_PER_GENERATION,
@@ -16,7 +24,92 @@ from config import (
     check_sampling,
 )
 from rlhf.processes import launched_processes, on_gpu
-from rlhf.trl_compat import PPOConfig
+
+
+@dataclass
+class PPOConfig(TrainingArguments):
+    """TRL 1.12's `PPOConfig`: what `rlhf.ppo_trainer.PPOTrainer` reads. The batch sizes below `num_total_batches`
+    are computed by the trainer, not given."""
+
+    # transformers' fields with TRL's defaults (TRL's _BaseConfig); "%%": argparse formats help strings
+    logging_steps: float = field(default=10, metadata={"help": "Log every X updates steps (below 1: a ratio)."})
+    gradient_checkpointing: bool = field(
+        default=True, metadata={"help": "Recompute activations in the backward pass: less memory, ~20%% slower."}
+    )
+    bf16: bool | None = field(
+        default=None, metadata={"help": "bf16 (mixed) precision instead of 32-bit. Default: on unless fp16 is set."}
+    )
+    lr_scheduler_kwargs: dict | str | None = field(
+        default=None, metadata={"help": "Additional parameters for the lr_scheduler, e.g. {'num_cycles': 1}."}
+    )
+    learning_rate: float = field(default=3e-6, metadata={"help": "The initial learning rate for AdamW."})
+    # PPO's
+    dataset_num_proc: int | None = field(
+        default=None, metadata={"help": "Number of processes to use for processing the dataset."}
+    )
+    num_mini_batches: int = field(default=1, metadata={"help": "Number of minibatches to split a batch into."})
+    total_episodes: int | None = field(default=None, metadata={"help": "Total number of episodes in the dataset."})
+    local_rollout_forward_batch_size: int = field(
+        default=64, metadata={"help": "Per rank no grad forward pass in the rollout phase."}
+    )
+    num_sample_generations: int = field(
+        default=10, metadata={"help": "Number of debugging samples generations (`generate_completions` calls)."}
+    )
+    response_length: int = field(default=53, metadata={"help": "Length of the response."})
+    stop_token: Literal["eos"] | None = field(
+        default=None, metadata={"help": "The stop token ('eos' or None); exclusive with stop_token_id."}
+    )
+    stop_token_id: int | None = field(
+        default=None, metadata={"help": "The stop token's id (None: no stop token); exclusive with stop_token."}
+    )
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    missing_eos_penalty: float | None = field(
+        default=None, metadata={"help": "Subtracted from the score of a completion without an EOS token."}
+    )
+    sft_model_path: str = field(default="EleutherAI/pythia-160m", metadata={"help": "Path to the SFT model."})
+    world_size: int | None = field(default=None, metadata={"help": "Number of processes (computed)."})
+    num_total_batches: int | None = field(default=None, metadata={"help": "Number of rollouts to train (computed)."})
+    micro_batch_size: int | None = field(
+        default=None, metadata={"help": "per_device_train_batch_size x world_size (computed)."}
+    )
+    local_batch_size: int | None = field(default=None, metadata={"help": "Prompts per rollout, per process."})
+    batch_size: int | None = field(default=None, metadata={"help": "Prompts per rollout, over all processes."})
+    local_mini_batch_size: int | None = field(default=None, metadata={"help": "Mini-batch size, per process."})
+    mini_batch_size: int | None = field(default=None, metadata={"help": "Mini-batch size, over all processes."})
+    push_to_hub: bool = field(default=False, metadata={"help": "Whether to push the model to the Hub after training."})
+    reward_model_path: str = field(default="EleutherAI/pythia-160m", metadata={"help": "Path to the reward model."})
+    model_adapter_name: str | None = field(
+        default=None, metadata={"help": "Name of the trained PEFT adapter, with several LoRA adapters."}
+    )
+    ref_adapter_name: str | None = field(
+        default=None, metadata={"help": "Name of the reference PEFT adapter, with several LoRA adapters."}
+    )
+    num_ppo_epochs: int = field(default=4, metadata={"help": "Number of epochs to train."})
+    whiten_rewards: bool = field(default=False, metadata={"help": "Whether to whiten the rewards."})
+    kl_coef: float = field(default=0.05, metadata={"help": "KL coefficient."})
+    kl_estimator: Literal["k1", "k3"] = field(
+        default="k1", metadata={"help": "KL estimator: k1 (unbiased) or k3 (unbiased, lower variance)."}
+    )
+    cliprange: float = field(default=0.2, metadata={"help": "Clip range."})
+    vf_coef: float = field(default=0.1, metadata={"help": "Value function coefficient."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Clip range for the value function."})
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
+    lam: float = field(default=0.95, metadata={"help": "Lambda value for GAE."})
+    ds3_gather_for_generation: bool = field(
+        default=True,
+        metadata={"help": "DeepSpeed ZeRO-3: gather the policy's weights for generation (faster; off: less memory)."},
+    )
+    # ours
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling threshold of the rollouts."})
+    skip_rollouts_without_signal: bool = field(
+        default=False, metadata={"help": "A rollout whose completions all scored the same gets advantages of 0."}
+    )
+    target_kl: float | None = field(default=None, metadata={"help": "Adaptive KL: the KL that kl_coef aims at."})
+    kl_horizon: int = field(default=10_000, metadata={"help": "Adaptive KL horizon in episodes."})
+
+    def __post_init__(self):
+        self.bf16 = not self.fp16 if self.bf16 is None else self.bf16
+        super().__post_init__()
 
 
 @dataclass

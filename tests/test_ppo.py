@@ -1,14 +1,14 @@
-"""`rlhf.ppo` as units: the adaptive KL maths, completion lengths, the tokenizer check.
+"""PPO's pure functions as units (the adaptive KL maths, completion lengths in `rlhf.ppo_trainer`), the tokenizer
+check and `PPORewards` (`rlhf.ppo`).
 
-The trainer itself (logging, checkpoints, resume) runs end to end in test_cli_ppo.py; what it assumes about TRL
-is checked by behaviour in test_trl_compat.py (the fixes of TRL bugs in rlhf/trl_compat/ppo_fixes.py too).
+The trainer in memory on tiny models: test_ppo_trainer.py; end to end (logging, checkpoints, resume): test_cli_ppo.py.
 """
 
 import pytest
 
 
 def test_adaptive_kl_moves_toward_the_target():
-    from rlhf.ppo import adaptive_kl_coef
+    from rlhf.ppo_trainer import adaptive_kl_coef
 
     assert adaptive_kl_coef(0.1, kl=12.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 1.02)
     assert adaptive_kl_coef(0.1, kl=3.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 0.98)
@@ -19,7 +19,7 @@ def test_adaptive_kl_moves_toward_the_target():
 def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
     import torch
 
-    from rlhf.ppo import completion_lengths
+    from rlhf.ppo_trainer import completion_lengths
 
     eos = 2
     completions = torch.tensor([[5, 6, eos, eos, eos],  # ended at its 3rd token; the rest is padding

@@ -1,33 +1,26 @@
 """Everything this package assumes about TRL's and transformers' internals, in one place.
 
-TRL is pinned to 1.12.0: it is the last release with `trl.experimental.ppo.PPOTrainer` (TRL 1.13 removed PPO).
-Moving to another release should be a change to this package alone (CONTRIBUTING.md, "Leaving TRL 1.12", says
-which test checks what). Three kinds of thing live here:
+PPO is not here: it is the package's own code (`rlhf/ppo_trainer.py`, copied from TRL 1.12, which TRL 1.13 removed).
+Moving GRPO and the reward model to another TRL release should be a change to this package alone (CONTRIBUTING.md,
+"Moving TRL", says which test checks what). Three kinds of thing live here:
 
 Import shims (`_WHERE`): each TRL name the package uses, and the module it lives in under 1.12, loaded on first use
 (PEP 562) so that scripts that only parse flags (plotting, --help) start in a second; with `check_trl_version()`,
 which refuses anything but the pinned release in one line, and the warning filters for notices every run would print.
 
 Fixes of TRL or transformers behaviour, each named for what it fixes and citing what goes wrong without it:
-- `rlhf/trl_compat/ppo_fixes.py`: three bugs of TRL 1.12's PPO trainer (mini-batch gradient accumulation, saving
-  under DDP, the LoRA reference under DDP), combined in `PatchedPPOTrainer`;
 - `rlhf/trl_compat/grpo.py`: `ResumableGRPOTrainer`, TRL's GRPO trainer resumed where it stopped, also inside a
   generation block and in a later pass over the prompts (TRL 1.12 generates again and draws the first pass's order);
 - `ScheduleFromResumedStep` (here): a resumed or continued run's first step at its own schedule's rate
   (transformers gives it the old schedule's rate, 0 at the end of a finished cosine run);
 - `close_progress_bar(trainer)` (here): transformers closes its progress bar only when training ends normally.
 
-Hook points where TRL has none: `rlhf/trl_compat/ppo.py`, `PPOTrainerHooks` (`PatchedPPOTrainer` with named
-places for what `rlhf/ppo.py` adds: files in a checkpoint, resume, the completions generated, the KL coefficient,
-reward functions in the reward model's place, advantages of 0 for a rollout without signal).
-
 `tests/test_trl_compat.py` checks each by behaviour on tiny models, and each fix against TRL's own behaviour
-without it.
+without it; `loading_whole` is also used by PPO.
 """
 
 import contextlib
 import importlib
-import os
 import warnings
 
 from rlhf.errors import UserError
@@ -36,7 +29,7 @@ TRL_VERSION = "1.12.0"
 
 
 def check_trl_version():
-    """Refuse any TRL but the pinned release: the hooks here rely on its private details (see the tests)."""
+    """Refuse any TRL but the pinned release: the fixes here rely on its private details (see the tests)."""
     import trl
 
     if trl.__version__ != TRL_VERSION:
@@ -48,21 +41,16 @@ def check_trl_version():
 # Notices that every run would print and that say nothing about this run: (message, category, module) as
 # `warnings.filterwarnings` takes them. A test checks that a tiny PPO run still gives each.
 KNOWN_WARNINGS = [
-    # TRL 1.12 still uses the `gradient_checkpointing` names, which transformers 5 renamed `activation_checkpointing`
-    # (PPO's PolicyAndValueWrapper reads `policy.is_gradient_checkpointing`); both names keep working.
+    # TRL still uses the `gradient_checkpointing` names, which transformers 5 renamed `activation_checkpointing`
+    # (as does PPO's PolicyAndValueWrapper, copied from TRL, and TRL's unwrap_model_for_generation); both names work.
     (r"`\w*gradient_checkpointing\w*` is deprecated", FutureWarning, ""),
-    # TRL's PPO logs val/ratio_var over one value per minibatch; with a single minibatch (1 PPO epoch) torch warns
-    # about degrees of freedom. The logged value is then NaN and means nothing.
-    (r"var\(\): degrees of freedom is <= 0", UserWarning, r"trl\.experimental\.ppo"),
 ]
 
 
 def _silence_known_warnings():
-    """Silence `KNOWN_WARNINGS`, each where it arises, and TRL's notice on importing `trl.experimental`: PPO lives
-    there in TRL 1.12 (and is gone in 1.13), which we pinned knowingly."""
+    """Silence `KNOWN_WARNINGS`, each where it arises."""
     for message, category, module in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 _silence_known_warnings()
@@ -70,19 +58,13 @@ _silence_known_warnings()
 from transformers import TrainerCallback  # noqa: E402
 from trl import TrlParser  # noqa: E402 (after the filters: importing TRL can warn)
 
-# Where each name lives in TRL 1.12. PPO moved from `trl` to `trl.experimental.ppo` (huggingface/trl#4482; v1.9.0
-# already has no `trl.PPOTrainer`) and is gone from 1.13 (huggingface/trl#7020); the others are TRL's top level.
+# Where each name lives: TRL's top level, or our fix of it.
 _WHERE = {
     "GRPOConfig": "trl",
     "GRPOTrainer": "trl",
     "ResumableGRPOTrainer": "rlhf.trl_compat.grpo",
     "RewardConfig": "trl",
     "RewardTrainer": "trl",
-    "PPOConfig": "trl.experimental.ppo",
-    "PPOTrainer": "trl.experimental.ppo",
-    "PatchedPPOTrainer": "rlhf.trl_compat.ppo_fixes",
-    "PPOTrainerHooks": "rlhf.trl_compat.ppo",
-    "reward_model_scores": "rlhf.trl_compat.ppo",
 }
 
 __all__ = ["TRL_VERSION", "ScheduleFromResumedStep", "TrlParser", "check_trl_version", "close_progress_bar", *_WHERE]
@@ -94,7 +76,7 @@ def __getattr__(name):
     try:
         module = importlib.import_module(_WHERE[name])
     except ImportError:
-        check_trl_version()  # e.g. TRL 1.13, which has no trl.experimental.ppo: say which release is needed
+        check_trl_version()  # another release, where a name moved: say which release is needed
         raise
     return getattr(module, name)
 
@@ -117,7 +99,7 @@ class ScheduleFromResumedStep(TrainerCallback):
     """Sets the learning rate of a resumed run's first step from the schedule of this launch's length.
 
     Every trainer here builds its scheduler for the length it is launched with, then loads the checkpoint's
-    scheduler and optimizer states over it (transformers before `on_train_begin`, `ResumablePPOTrainer.resume`
+    scheduler and optimizer states over it (transformers before `on_train_begin`, `PPOTrainer.resume`
     before `train()`). A `LambdaLR` keeps the new schedule (its lambdas are not saved), but the optimizer comes back
     with the rate the old schedule gave for the next step: continuing a finished run to a higher length, that is
     the old schedule's end (0 for cosine or linear), and the first new step would not train. Stepping the scheduler

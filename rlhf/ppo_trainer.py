@@ -1,0 +1,1187 @@
+# Copyright 2020-2026 The HuggingFace Team. All rights reserved.
+# Copyright 2026 The rlhf-trl-scripts authors (the changes listed below).
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""PPO, the package's own: TRL 1.12.0's `PPOTrainer`, copied once and made ours.
+
+Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0): `trl/experimental/ppo/ppo_trainer.py` (the trainer, `generate`,
+`batch_generation`, `truncate_response`, `forward`, `masked_mean/var/whiten`, `PolicyAndValueWrapper`,
+`OnlineTrainerState`), `trl/experimental/utils.py` (`get_reward`, `first_true_indices`, `peft_module_casting_to_bf16`)
+and `trl/trainer/utils.py` (`selective_log_softmax`, as 1.12 has it; 1.16's may take a fused kernel). TRL 1.13 removed
+PPO (huggingface/trl#7020); `rlhf/ppo_config.py` holds the copied `PPOConfig`. What TRL still ships for every trainer
+(`prepare_deepspeed`, `unwrap_model_for_generation`, `pad`, `disable_dropout_in_model`, the model card) is imported.
+
+Changed from TRL's (each marked "ours:" where it happens):
+- one optimizer step per mini-batch of a rollout, also for the rollout that ends a pass over the prompts and under
+  DeepSpeed (TRL's accumulation spanned mini-batches and stepped at every micro-batch at the end of a pass);
+- saving and the LoRA reference under DDP, saving under DeepSpeed (TRL read `.config`/`.policy` through the wrappers);
+- rollouts sampled at `top_p`, their log-probabilities those of the whole distribution at the temperature;
+- reward functions in the reward model's place (an object with `score_completions`, see `rlhf.ppo.PPORewards`);
+- a rollout whose scores are all equal trained on with advantages of 0 (`skip_rollouts_without_signal`);
+- adaptive KL (`target_kl`), completion lengths and each reward function in the logs;
+- checkpoints that hold the value model, the KL coefficient and the data order, and `resume()` from one.
+
+One rollout, top to bottom, is `train()`: generate, score, KL penalty, GAE, whitening, clipped losses.
+"""
+
+import copy
+import gc
+import json
+import math
+import os
+import textwrap
+import time
+from collections import defaultdict
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn as nn
+from accelerate import Accelerator
+from accelerate.utils import GradientAccumulationPlugin, gather_object
+from accelerate.utils.memory import clear_device_cache
+from torch.utils.data import DataLoader
+from transformers import (
+    DataCollatorWithPadding,
+    GenerationConfig,
+    Trainer,
+    TrainerControl,
+    TrainerState,
+)
+from transformers.integrations import get_reporting_integration_callbacks
+from transformers.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, OPTIMIZER_NAME, SCHEDULER_NAME
+from transformers.trainer_callback import CallbackHandler, ExportableState, PrinterCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import is_rich_available
+from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
+from trl.trainer.utils import disable_dropout_in_model, log_table_to_comet_experiment, pad
+
+INVALID_LOGPROB = 1.0
+VALUE_MODEL_DIR = "value_model"  # in a checkpoint and the output folder: the value model
+PPO_STATE = "ppo_state.json"  # in a checkpoint: the KL coefficient of the next rollout
+DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of the order of the prompts
+
+
+# ---- The maths, as pure functions ----
+
+
+def selective_log_softmax(logits, index):
+    """log_softmax(logits)[index] per position, without keeping the whole log-softmax of a float32 batch."""
+    if logits.dtype in [torch.float32, torch.float64]:
+        selected_logits = torch.gather(logits, dim=-1, index=index.unsqueeze(-1)).squeeze(-1)
+        # loop to reduce peak mem consumption
+        logsumexp_values = torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])
+        return selected_logits - logsumexp_values  # log_softmax(x_i) = x_i - logsumexp(x)
+    per_token_logps = []  # logsumexp approach is unstable with bfloat16, fall back to slightly less efficient approach
+    for row_logits, row_labels in zip(logits, index, strict=True):  # loop to reduce peak mem consumption
+        row_logps = torch.nn.functional.log_softmax(row_logits, dim=-1)
+        per_token_logps.append(row_logps.gather(dim=-1, index=row_labels.unsqueeze(-1)).squeeze(-1))
+    return torch.stack(per_token_logps)
+
+
+def first_true_indices(bools, dtype=torch.long):
+    """The position of the first True in each row of `bools`, the row's length where there is none."""
+    row_len = bools.size(-1)
+    zero_or_index = row_len * (~bools).type(dtype) + torch.arange(row_len, dtype=dtype, device=bools.device)
+    return torch.min(zero_or_index, dim=-1).values
+
+
+def truncate_response(stop_token_id, pad_token_id, responses):
+    """Each response with every token after its first `stop_token_id` replaced by `pad_token_id`."""
+    trunc_idxs = first_true_indices(responses == stop_token_id).unsqueeze(-1)
+    new_size = [1] * (len(responses.size()) - 1) + [responses.shape[1]]
+    idxs = torch.arange(responses.shape[1], device=responses.device).view(*new_size)
+    return torch.masked_fill(responses, idxs > trunc_idxs, pad_token_id)
+
+
+def masked_mean(values, mask, axis=None):
+    if axis is not None:
+        return (values * mask).sum(axis=axis) / mask.sum(axis=axis)
+    return (values * mask).sum() / mask.sum()
+
+
+def masked_var(values, mask, unbiased=True):
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        mask_sum = mask.sum()
+        if mask_sum == 0:
+            raise ValueError("The sum of the mask is zero, which can happen when `mini_batch_size=1`; try increase "
+                             "the `mini_batch_size` or `gradient_accumulation_steps`")
+        bessel_correction = mask_sum / (mask_sum - 1)  # mask_sum == 1 divides by zero
+        variance = variance * bessel_correction
+    return variance
+
+
+def masked_whiten(values, mask, shift_mean=True):
+    """`values` scaled to mean 0 and variance 1 over `mask` (with `shift_mean=False`, the mean is kept)."""
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened += mean
+    return whitened
+
+
+def adaptive_kl_coef(coef, kl, target, n_steps, horizon):
+    """One update of the adaptive KL controller (Ziegler et al. 2019, as in OpenRLHF).
+
+    The coefficient moves toward keeping the measured KL at `target`: up when KL is above it, down when below.
+    The proportional error is clipped to +-0.2, so one update changes the coefficient by at most
+    0.2 * n_steps / horizon (n_steps: episodes in this batch; horizon: episodes over which to adapt).
+    """
+    error = min(max(kl / target - 1.0, -0.2), 0.2)
+    return coef * (1.0 + error * n_steps / horizon)
+
+
+def completion_lengths(completions, stop_token_id):
+    """Per completion: its tokens up to and including the first stop token, and whether it has none (clipped).
+
+    A clipped completion ran to --max_completion_length and counts whole. Without a stop token, all are clipped.
+    """
+    stops = torch.zeros_like(completions, dtype=torch.bool) if stop_token_id is None else completions == stop_token_id
+    clipped = ~stops.any(dim=1)
+    first_stop = stops.int().argmax(dim=1)  # the first True (0 where there is none)
+    return torch.where(clipped, completions.shape[1], first_stop + 1), clipped
+
+
+# ---- The models' forward passes ----
+
+
+def forward(model, query_responses, pad_token_id):
+    """`model`'s outputs (with hidden states) on left-padded sequences, positions counted from the first real token."""
+    attention_mask = query_responses != pad_token_id
+    position_ids = attention_mask.cumsum(1) - attention_mask.long()
+    input_ids = torch.masked_fill(query_responses, ~attention_mask, 0)
+    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True,
+                 output_hidden_states=True)
+
+
+def get_reward(model, query_responses, pad_token_id, context_length):
+    """A sequence classifier's output at every position, at each sequence's last token that is not padding (its
+    score), and that position."""
+    attention_mask = query_responses != pad_token_id
+    position_ids = attention_mask.cumsum(1) - attention_mask.long()  # exclusive cumsum
+    lm_backbone = getattr(model, model.base_model_prefix)
+    input_ids = torch.masked_fill(query_responses, ~attention_mask, 0)
+    output = lm_backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         return_dict=True, output_hidden_states=True,
+                         use_cache=False)  # otherwise mistral-based RM would error out
+    reward_logits = model.score(output.hidden_states[-1])
+    sequence_lengths = first_true_indices(query_responses[:, context_length:] == pad_token_id) - 1 + context_length
+    scores = reward_logits[torch.arange(reward_logits.size(0), device=reward_logits.device), sequence_lengths]
+    return reward_logits, scores.squeeze(-1), sequence_lengths
+
+
+def score_completions(reward_model, query_responses, pad_token_id, context_length):
+    """The reward of each sequence: a sequence classifier's score (`get_reward`), or, for reward functions in the
+    reward model's place (`rlhf.ppo.PPORewards`), their weighted sum (ours)."""
+    scorer = getattr(reward_model, "module", reward_model)  # a DeepSpeed engine wraps the reward model
+    if hasattr(scorer, "score_completions"):
+        return scorer.score_completions(query_responses, context_length)
+    return get_reward(reward_model, query_responses, pad_token_id, context_length)[1]
+
+
+def generate(lm_backbone, queries, pad_token_id, generation_config, top_p=1.0):
+    """Sample completions of left-padded `queries`: the sequences, and the logits over the temperature that each token
+    was sampled from.
+
+    Ours: below `top_p` 1.0 tokens are sampled from the nucleus, and the logits returned are still the whole
+    distribution's over the temperature, as the training forward computes them (the processed scores TRL used hold
+    -inf outside the nucleus: the first ratio and KL would be off by up to log(1/top_p) per token before any step).
+    """
+    context_length = queries.shape[1]
+    attention_mask = queries != pad_token_id
+    input_ids = torch.masked_fill(queries, ~attention_mask, 0)
+    if top_p < 1.0:
+        nucleus = copy.deepcopy(generation_config)
+        nucleus.top_p = top_p
+        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=nucleus,
+                                      return_dict_in_generate=True, output_scores=False, output_logits=True)
+        logits = torch.stack([step / nucleus.temperature for step in output.logits], 1)
+    else:
+        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                      generation_config=generation_config, return_dict_in_generate=True,
+                                      output_scores=True)
+        logits = torch.stack(output.scores, 1)
+    return torch.cat((queries, output.sequences[:, context_length:]), dim=1), logits
+
+
+@torch.no_grad()
+def batch_generation(model, queries, local_rollout_forward_batch_size, pad_token_id, generation_config, top_p=1.0):
+    """`generate` in chunks of `local_rollout_forward_batch_size` queries, right-padded to one length."""
+    query_responses, logitss = [], []
+    batch_size = queries.shape[0]
+    for i in range(0, batch_size, local_rollout_forward_batch_size):
+        query = queries[i : i + local_rollout_forward_batch_size]
+        query_response, logits = generate(model, query, pad_token_id, generation_config, top_p)
+        query_responses.append(query_response)
+        logitss.append(logits)
+    padded_query_responses = pad(query_responses, padding_value=pad_token_id, padding_side="right")
+    padded_logitss = pad(logitss, padding_value=0, padding_side="right")
+    padded_query_responses = padded_query_responses.view(-1, padded_query_responses.shape[-1])[:batch_size]
+    padded_logitss = padded_logitss.view(-1, *padded_logitss.shape[2:])[:batch_size]
+    return padded_query_responses, padded_logitss
+
+
+def exact_div(a, b, custom_error_message=""):
+    q = a // b
+    if a != q * b:
+        raise ValueError(f"{custom_error_message}, inexact division: {a} / {b} = {a / b}")
+    return q
+
+
+def peft_module_casting_to_bf16(model):
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.LayerNorm) or "norm" in name:
+            module = module.to(torch.float32)
+        elif any(x in name for x in ["lm_head", "embed_tokens", "wte", "wpe"]):
+            if hasattr(module, "weight") and module.weight.dtype == torch.float32:
+                module = module.to(torch.bfloat16)
+
+
+@dataclass
+class OnlineTrainerState(TrainerState):
+    """transformers' `TrainerState` with an `episode` counter (prompts trained on so far)."""
+
+    episode: int = 0
+
+
+# taken from https://github.com/OpenLMLab/MOSS-RLHF/blob/40b91eb2f2b71b16919addede0341d2bef70825d/ppo/ppo_trainer.py#L29
+# we did this we can do a single `model = accelerator.prepare(model)`
+class PolicyAndValueWrapper(nn.Module):
+    def __init__(self, policy, value_model) -> None:
+        super().__init__()
+        self.policy = policy
+        self.value_model = value_model
+        self.critic_backbone = getattr(value_model, value_model.base_model_prefix)
+        self.is_gradient_checkpointing = policy.is_gradient_checkpointing
+
+    def gradient_checkpointing_enable(self, **kwargs):
+        self.policy.gradient_checkpointing_enable(**kwargs)
+        self.is_gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self):
+        self.policy.gradient_checkpointing_disable()
+        self.is_gradient_checkpointing = False
+
+    def forward(self, **kwargs):
+        output = self.critic_backbone(**kwargs)
+        logits = self.value_model.score(output.hidden_states[-1])
+        return self.policy(**kwargs), logits
+
+
+class PPOTrainer(Trainer):
+    """Proximal Policy Optimization (Schulman et al. 2017) as in Ziegler et al. 2019: a policy and a value model
+    trained together on rollouts scored by a frozen reward model (or reward functions), with a KL penalty toward a
+    frozen reference. `args` is a `rlhf.ppo_config.PPOConfig`. With a LoRA `peft_config`, `ref_model` is None and the
+    reference is the policy with its adapter off.
+
+    Like TRL's, it uses transformers' `Trainer` for its optimizer, scheduler, callbacks, logging and saving, but not
+    its `__init__` or training loop.
+    """
+
+    _tag_names = ["trl", "ppo"]
+    _name = "PPO"
+    _paper = {
+        "title": "Fine-Tuning Language Models from Human Preferences",
+        "id": "1909.08593",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{mziegler2019fine-tuning,
+                title        = {{Fine-Tuning Language Models from Human Preferences}},
+                author       = {Daniel M. Ziegler and Nisan Stiennon and Jeffrey Wu and Tom B. Brown and Alec Radford and Dario Amodei and Paul F. Christiano and Geoffrey Irving},
+                year         = 2019,
+                eprint       = {arXiv:1909.08593}
+            }"""),  # noqa: E501
+    }
+    # transformers' Trainer.__init__ sets it and `_save` reads it in every process but the first (ours: TRL's PPO,
+    # which skips that __init__, failed there with AttributeError)
+    is_distributed_loading_by_transformers = False
+
+    def __init__(self, args, processing_class, model, ref_model, reward_model, train_dataset, value_model,
+                 data_collator=None, eval_dataset=None, optimizers=(None, None), callbacks=None, peft_config=None):
+        if ref_model is model:
+            raise ValueError("`model` and `ref_model` cannot be the same object: pass a copy, or None with LoRA.")
+        self.args = args
+        self.processing_class = processing_class
+        self.policy_model = model
+        if data_collator is None:
+            data_collator = DataCollatorWithPadding(self.processing_class)
+
+        # Completions end at the stop token (EOS), which the policy's generation config gets
+        if args.stop_token and args.stop_token_id:
+            raise ValueError("You cannot set both `stop_token` and `stop_token_id`.")
+        elif args.stop_token:
+            if args.stop_token != "eos":
+                raise ValueError(f"Unknown `stop_token` {args.stop_token}. Allowed values are: `'eos'` and `None`.")
+            self.policy_model.generation_config.eos_token_id = self.stop_token_id = processing_class.eos_token_id
+        else:
+            self.policy_model.generation_config.eos_token_id = self.stop_token_id = args.stop_token_id  # None or int
+        if args.kl_estimator not in {"k1", "k3"}:
+            raise ValueError("kl_estimator must be either 'k1' (straightforward, unbiased) or 'k3' (lower variance, "
+                             "unbiased). See http://joschu.net/blog/kl-approx.html.")
+
+        # PEFT: the policy gets the adapter; the reference is the policy with it disabled
+        if peft_config is not None:
+            from peft import PeftModel, get_peft_model
+
+            if isinstance(self.policy_model, PeftModel):
+                raise ValueError("You passed a `PeftModel` together with a `peft_config`: merge and unload the "
+                                 "adapter, save that base model, and pass it with the new `peft_config`.")
+            self.policy_model = get_peft_model(self.policy_model, peft_config)
+            if args.bf16 and getattr(self.policy_model, "is_loaded_in_4bit", False):
+                peft_module_casting_to_bf16(self.policy_model)
+        self.is_peft_model = peft_config is not None or _is_peft_model(self.policy_model)
+        self.model_adapter_name = args.model_adapter_name
+        self.ref_adapter_name = args.ref_adapter_name
+        if ref_model is None and not self.is_peft_model:
+            raise ValueError("No reference model, and the policy has no adapter to disable: pass `ref_model`.")
+        self.ref_model = ref_model
+
+        self.reward_model = reward_model
+        self.train_dataset = train_dataset
+        self.train_dataset_len = len(train_dataset)
+        self.value_model = value_model
+        self.data_collator = data_collator
+        self.eval_dataset = eval_dataset
+        self.optimizer, self.lr_scheduler = optimizers
+        self.optimizer_cls_and_kwargs = None  # needed for transformers >= 4.47
+
+        #########
+        # Batch sizes. A rollout (`batch_size` prompts over all processes, `local_batch_size` in each) is cut into
+        # `num_mini_batches` mini-batches of `local_mini_batch_size` = per_device_train_batch_size x
+        # gradient_accumulation_steps prompts per process: one optimizer step each, accumulated over its micro-batches.
+        #########
+        if args.total_episodes is None:  # allow the users to define episodes in terms of epochs.
+            args.total_episodes = int(args.num_train_epochs * self.train_dataset_len)
+        # Ours: accelerate accumulates over one mini-batch, and never syncs early at the end of the dataloader (TRL
+        # draws one dataloader batch per rollout, so a rollout that ends a pass took an optimizer step at every
+        # micro-batch). A DeepSpeed engine takes the same count from it at `prepare()`.
+        accumulation = GradientAccumulationPlugin(num_steps=args.gradient_accumulation_steps,
+                                                  sync_with_dataloader=False)
+        accelerator = Accelerator(gradient_accumulation_plugin=accumulation)
+        self.accelerator = accelerator
+        args.world_size = accelerator.num_processes
+        args.local_mini_batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        args.local_batch_size = args.local_mini_batch_size * args.num_mini_batches
+        args.micro_batch_size = int(args.per_device_train_batch_size * args.world_size)
+        args.batch_size = int(args.local_batch_size * args.world_size)
+        args.mini_batch_size = args.local_mini_batch_size * args.world_size
+        if args.whiten_rewards and args.local_mini_batch_size < 8:
+            raise ValueError(f"Per-rank minibatch size {args.local_mini_batch_size} is insufficient for whitening")
+        args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)  # may train beyond total_episodes
+        self.local_seed = args.seed + accelerator.process_index * 100003  # Prime
+        if args.num_sample_generations > 0:
+            self.sample_generations_freq = max(1, args.num_total_batches // args.num_sample_generations)
+        self.local_dataloader_batch_size = args.local_batch_size
+
+        #########
+        # Models, optimizer (one AdamW over the policy and the value model), scheduler, callbacks
+        #########
+        for module in [self.policy_model, self.ref_model, self.value_model, self.reward_model]:
+            if module is not None:
+                disable_dropout_in_model(module)
+        self.model = PolicyAndValueWrapper(self.policy_model, self.value_model)
+        self.model.config = self.policy_model.config  # needed for pushing to hub
+        # the scheduler steps once per rollout (in train()), not per optimizer step
+        self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
+        default_callbacks = DEFAULT_CALLBACKS + get_reporting_integration_callbacks(self.args.report_to)
+        self.callbacks = default_callbacks if callbacks is None else default_callbacks + callbacks
+        self.callback_handler = CallbackHandler(
+            self.callbacks, self.model, self.processing_class, self.optimizer, self.lr_scheduler
+        )
+        self.add_callback(PrinterCallback if self.args.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
+        self.control = TrainerControl()
+        self.state = OnlineTrainerState(
+            is_local_process_zero=self.is_local_process_zero(),
+            is_world_process_zero=self.is_world_process_zero(),
+            stateful_callbacks=[
+                cb for cb in self.callback_handler.callbacks + [self.control] if isinstance(cb, ExportableState)
+            ],
+        )
+        self.current_flos = 0
+        self.hp_search_backend = None
+        self.is_deepspeed_enabled = getattr(self.accelerator.state, "deepspeed_plugin", None) is not None
+        self.is_fsdp_enabled = getattr(self.accelerator.state, "fsdp_plugin", None) is not None
+        self.hub_model_id = None
+        if self.args.push_to_hub:
+            self.init_hf_repo()
+        if self.args.should_save:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+
+        #########
+        # Dataloader: one batch per rollout, shuffled alike in every process
+        #########
+        dataloader = DataLoader(
+            self.train_dataset,
+            batch_size=self.local_dataloader_batch_size,
+            shuffle=True,
+            collate_fn=self.data_collator,
+            drop_last=True,  # needed; otherwise the last batch will be of ragged shape
+        )
+        # sync random states for DataLoader(shuffle=True) before `accelerator.prepare`
+        # see https://gist.github.com/vwxyzjn/2581bff1e48e185e0b85b6dfe1def79c
+        torch.manual_seed(args.seed)
+        self.model, self.optimizer, dataloader = accelerator.prepare(self.model, self.optimizer, dataloader)
+        torch.manual_seed(self.local_seed)  # reset the local seed again
+        self.dataloader = RecordedPasses(dataloader)  # ours: a resumed run draws its pass again
+
+        self.eval_dataloader = DataLoader(
+            self.eval_dataset,
+            batch_size=args.per_device_eval_batch_size,
+            collate_fn=self.data_collator,
+            drop_last=True,
+        )  # no need to shuffle eval dataset
+        self.eval_dataloader = accelerator.prepare(self.eval_dataloader)
+
+        # Ours: reward functions in the reward model's place are scored in place, and only their reward model (if
+        # any) goes through DeepSpeed or to the device.
+        scorer = self.reward_model if _is_sequence_classifier(self.reward_model) else self.reward_model.reward_model
+        if self.is_deepspeed_enabled:
+            scorer = prepare_deepspeed(scorer, accelerator) if scorer is not None else None
+            if self.ref_model is not None:
+                self.ref_model = prepare_deepspeed(self.ref_model, accelerator)
+        else:
+            if self.ref_model is not None:
+                self.ref_model = self.ref_model.to(self.accelerator.device)
+            scorer = scorer.to(self.accelerator.device) if scorer is not None else None
+        if _is_sequence_classifier(self.reward_model):
+            self.reward_model = scorer
+        else:
+            self.reward_model.reward_model = scorer
+
+        # Ours
+        self.kl_coef = args.kl_coef  # the KL penalty coefficient of the next rollout (adapts with target_kl)
+        self.advantages_zeroed = False  # whether the last rollout had no reward signal (advantages of 0)
+        self._said_zeroed = False  # the console line on a rollout without signal comes once
+        self._lengths, self._clipped = [], []  # of the completions generated since the last log
+        self._first_batch = 0  # batches already trained, when resuming (start_at_batch)
+        if hasattr(self.reward_model, "trainer_state"):
+            self.reward_model.trainer_state = lambda: self.state
+
+    def get_train_dataloader(self):
+        return self.dataloader
+
+    def get_eval_dataloader(self):
+        return self.eval_dataloader
+
+    # ---- The models ----
+
+    @property
+    def trained_policy(self):
+        """The policy being trained (a PEFT model with LoRA), out of DDP and the policy-and-value wrapper."""
+        return self.accelerator.unwrap_model(self.model).policy
+
+    @property
+    def trained_value_model(self):
+        return self.accelerator.unwrap_model(self.model).value_model
+
+    @contextmanager
+    def null_ref_context(self):
+        """With LoRA, the reference: the policy with its adapter disabled (or the reference adapter set).
+
+        Ours: the policy is taken out of DDP's wrapper (TRL read `.policy` through it: AttributeError at the first
+        rollout of a multi-process LoRA run)."""
+        policy = self.trained_policy
+        with policy.disable_adapter() if self.is_peft_model and not self.ref_adapter_name else nullcontext():
+            if self.ref_adapter_name:
+                policy.set_adapter(self.ref_adapter_name)
+            yield policy
+            if self.ref_adapter_name:
+                policy.set_adapter(self.model_adapter_name or "default")
+
+    # ---- Training ----
+
+    def train(self):
+        args = self.args
+        accelerator = self.accelerator
+        optimizer = self.optimizer
+        model = self.model
+        ref_policy = self.ref_model
+        processing_class = self.processing_class
+        dataloader = self.dataloader
+        device = accelerator.device
+
+        def repeat_generator():
+            while True:
+                yield from dataloader
+
+        iter_dataloader = iter(repeat_generator())
+        generation_kwargs = {
+            "max_new_tokens": args.response_length,
+            "temperature": (args.temperature + 1e-7),
+            "top_k": 0.0,
+            "top_p": 1.0,
+            "do_sample": True,
+        }
+        generation_config = GenerationConfig(**generation_kwargs)
+
+        accelerator.print("===training policy===")
+        start_time = time.time()
+        stats_shape = (args.num_ppo_epochs, args.num_mini_batches, args.gradient_accumulation_steps)
+        approxkl_stats = torch.zeros(stats_shape, device=device)
+        pg_clipfrac_stats = torch.zeros(stats_shape, device=device)
+        pg_loss_stats = torch.zeros(stats_shape, device=device)
+        vf_loss_stats = torch.zeros(stats_shape, device=device)
+        vf_clipfrac_stats = torch.zeros(stats_shape, device=device)
+        entropy_stats = torch.zeros(stats_shape, device=device)
+        ratio_stats = torch.zeros(stats_shape, device=device)
+        model.train()
+
+        # trainer state initialization (ours: a resumed run's counters continue from its checkpoint)
+        self.state.global_step = self._first_batch
+        self.state.episode = self._first_batch * args.batch_size
+        self.state.max_steps = args.num_total_batches
+        self.state.num_train_epochs = args.total_episodes / self.train_dataset_len
+        # Compute absolute values for logging, eval, and save if given as ratio
+        for name in ("logging_steps", "eval_steps", "save_steps"):
+            steps = getattr(args, name)
+            if steps is not None:
+                setattr(self.state, name, math.ceil(self.state.max_steps * steps) if steps < 1 else steps)
+        self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
+
+        # backward compatibility
+        if self.is_deepspeed_enabled:
+            self.deepspeed = self.model
+            self.model_wrapped = self.model
+
+        for update in range(self._first_batch + 1, args.num_total_batches + 1):
+            self.state.episode += 1 * args.batch_size
+            data = next(iter_dataloader)
+            with torch.no_grad():
+                # 1. Rollout: sample one completion per prompt, and keep the log-probability of each token under
+                # the policy that sampled it (the logits at the temperature), under the reference, and the value
+                # model's estimate of the return at each position.
+                queries = data["input_ids"].to(device)
+                context_length = queries.shape[1]
+                responses = []
+                postprocessed_responses = []
+                logprobs = []
+                ref_logprobs = []
+                scores = []
+                sequence_lengths = []
+                values = []
+                with unwrap_model_for_generation(
+                    self.model,
+                    self.accelerator,
+                    gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                    generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
+                ) as unwrapped_model:
+                    query_responses, logitss = batch_generation(
+                        unwrapped_model.policy,
+                        queries,
+                        args.local_rollout_forward_batch_size,
+                        processing_class.pad_token_id,
+                        generation_config,
+                        top_p=args.top_p,
+                    )
+                self.record_completions(query_responses[:, context_length:], self.stop_token_id)
+
+                for i in range(0, queries.shape[0], args.local_rollout_forward_batch_size):
+                    query = queries[i : i + args.local_rollout_forward_batch_size]
+                    query_response = query_responses[i : i + args.local_rollout_forward_batch_size]
+                    response = query_response[:, context_length:]
+                    logits = logitss[i : i + args.local_rollout_forward_batch_size]
+                    logprob = selective_log_softmax(logits, response)
+                    del logits
+                    clear_device_cache()
+
+                    if ref_policy is None:
+                        with self.null_ref_context() as reference:
+                            ref_output = forward(reference, query_response, processing_class.pad_token_id)
+                    else:
+                        ref_output = forward(ref_policy, query_response, processing_class.pad_token_id)
+                    ref_logits = ref_output.logits[:, context_length - 1 : -1]
+                    ref_logits /= args.temperature + 1e-7
+                    ref_logprob = selective_log_softmax(ref_logits, response)
+                    del ref_output, ref_logits
+                    clear_device_cache()
+
+                    # 2. Score: each completion is cut after its first stop token (the rest becomes padding) and
+                    # scored whole by the reward model (or the reward functions).
+                    postprocessed_response = response
+                    if self.stop_token_id is not None:  # handle the edge case when stop_token_id exists but is 0
+                        postprocessed_response = truncate_response(
+                            self.stop_token_id, processing_class.pad_token_id, response
+                        )
+                    postprocessed_query_response = torch.cat((query, postprocessed_response), 1)
+                    sequence_length = first_true_indices(postprocessed_response == processing_class.pad_token_id) - 1
+                    unwrapped_value_model = accelerator.unwrap_model(model).value_model
+                    full_value, _, _ = get_reward(
+                        unwrapped_value_model, query_response, processing_class.pad_token_id, context_length
+                    )
+                    value = full_value[:, context_length - 1 : -1].squeeze(-1)
+                    score = score_completions(
+                        self.reward_model, postprocessed_query_response, processing_class.pad_token_id, context_length
+                    )
+
+                    responses.append(response)
+                    postprocessed_responses.append(postprocessed_response)
+                    logprobs.append(logprob)
+                    ref_logprobs.append(ref_logprob)
+                    sequence_lengths.append(sequence_length)
+                    scores.append(score)
+                    values.append(value)
+                responses = torch.cat(responses, 0)
+                postprocessed_responses = torch.cat(postprocessed_responses, 0)
+                logprobs = torch.cat(logprobs, 0)
+                ref_logprobs = torch.cat(ref_logprobs, 0)
+                sequence_lengths = torch.cat(sequence_lengths, 0)
+                scores = torch.cat(scores, 0)
+                values = torch.cat(values, 0)
+                del (logprob, ref_logprob, full_value, value, score, unwrapped_model)
+                clear_device_cache()
+                gc.collect()
+
+                # A completion cut off before its stop token scores `missing_eos_penalty` lower.
+                contain_eos_token = torch.any(postprocessed_responses == self.processing_class.eos_token_id, dim=-1)
+                if self.args.missing_eos_penalty is not None:
+                    scores[~contain_eos_token] -= self.args.missing_eos_penalty
+
+                # Positions after a completion's last token are padding: `padding_mask` masks log-probabilities,
+                # `padding_mask_p1` (one position later) the values. See
+                # https://excalidraw.com/#json=LWnzG4w2k5DjF_EOL_xPt,e2w3a-hFJ_gX5vOfeyXGTw
+                response_idxs = torch.arange(responses.shape[1], device=responses.device).repeat(responses.shape[0], 1)
+                padding_mask = response_idxs > sequence_lengths.unsqueeze(1)
+                logprobs = torch.masked_fill(logprobs, padding_mask, INVALID_LOGPROB)
+                ref_logprobs = torch.masked_fill(ref_logprobs, padding_mask, INVALID_LOGPROB)
+                sequence_lengths_p1 = sequence_lengths + 1
+                padding_mask_p1 = response_idxs > (sequence_lengths_p1.unsqueeze(1))
+                values = torch.masked_fill(values, padding_mask_p1, 0)
+
+                # 3. Rewards: a KL penalty at every token, -kl_coef x KL(policy || reference) estimated from the
+                # sampled token (k1: log p - log p_ref; k3: (r - 1) - log r with r = p_ref / p, see
+                # http://joschu.net/blog/kl-approx.html), plus the completion's score at its last token.
+                logr = ref_logprobs - logprobs
+                kl = -logr if args.kl_estimator == "k1" else (logr.exp() - 1) - logr  # Else statement is k3
+                non_score_reward = -self.kl_coef * kl
+                rewards = non_score_reward.clone()
+                actual_start = torch.arange(rewards.size(0), device=rewards.device)
+                actual_end = torch.where(sequence_lengths_p1 < rewards.size(1), sequence_lengths_p1, sequence_lengths)
+                rewards[actual_start, actual_end] += scores
+
+                if args.whiten_rewards:
+                    rewards = masked_whiten(rewards, mask=~padding_mask_p1, shift_mean=False)
+                    rewards = torch.masked_fill(rewards, padding_mask_p1, 0)
+
+                # 4. Advantages by GAE (Schulman et al. 2016), from the last token back: delta_t = r_t + gamma V_{t+1}
+                # - V_t, A_t = delta_t + gamma lam A_{t+1}. The value model learns the returns A_t + V_t.
+                lastgaelam = 0
+                advantages_reversed = []
+                gen_length = responses.shape[1]
+                for t in reversed(range(gen_length)):
+                    nextvalues = values[:, t + 1] if t < gen_length - 1 else 0.0
+                    delta = rewards[:, t] + args.gamma * nextvalues - values[:, t]
+                    lastgaelam = delta + args.gamma * args.lam * lastgaelam
+                    advantages_reversed.append(lastgaelam)
+                advantages = torch.stack(advantages_reversed[::-1], axis=1)
+                returns = advantages + values
+                # 5. Whitening: the advantages of the rollout scaled to mean 0 and variance 1.
+                advantages = masked_whiten(advantages, ~padding_mask)
+                # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would
+                # still get advantages of unit size: GAE's noise (the value model's errors, the KL penalty and, with
+                # lam < 1, a push against the last token, EOS), a full PPO step. With skip_rollouts_without_signal
+                # they are 0 (GRPO's zero advantage for a group that all scored the same); the returns stay.
+                self.advantages_zeroed = bool(args.skip_rollouts_without_signal and (scores == scores[0]).all())
+                if self.advantages_zeroed:
+                    advantages.zero_()
+                advantages = torch.masked_fill(advantages, padding_mask, 0)
+                clear_device_cache()
+
+            # 6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch
+            for ppo_epoch_idx in range(args.num_ppo_epochs):
+                b_inds = np.random.permutation(args.local_batch_size)
+                minibatch_idx = 0
+                for mini_batch_start in range(0, args.local_batch_size, args.local_mini_batch_size):
+                    mini_batch_end = mini_batch_start + args.local_mini_batch_size
+                    mini_batch_inds = b_inds[mini_batch_start:mini_batch_end]
+                    gradient_accumulation_idx = 0
+                    for micro_batch_start in range(0, args.local_mini_batch_size, args.per_device_train_batch_size):
+                        with accelerator.accumulate(model):
+                            micro_batch_end = micro_batch_start + args.per_device_train_batch_size
+                            micro_batch_inds = mini_batch_inds[micro_batch_start:micro_batch_end]
+                            mb_advantage = advantages[micro_batch_inds]
+                            mb_responses = responses[micro_batch_inds]
+                            mb_query_responses = query_responses[micro_batch_inds]
+                            mb_logprobs = logprobs[micro_batch_inds]
+                            mb_return = returns[micro_batch_inds]
+                            mb_values = values[micro_batch_inds]
+
+                            output, vpred_temp = forward(model, mb_query_responses, processing_class.pad_token_id)
+                            logits = output.logits[:, context_length - 1 : -1]
+                            logits /= args.temperature + 1e-7
+                            new_logprobs = selective_log_softmax(logits, mb_responses)
+                            new_logprobs = torch.masked_fill(
+                                new_logprobs, padding_mask[micro_batch_inds], INVALID_LOGPROB
+                            )
+                            # Value loss: squared error to the returns, the prediction clipped to within
+                            # cliprange_value of the rollout's value (the larger of the two losses is kept).
+                            vpred = vpred_temp[:, context_length - 1 : -1].squeeze(-1)
+                            vpred = torch.masked_fill(vpred, padding_mask_p1[micro_batch_inds], 0)
+                            vpredclipped = torch.clamp(
+                                vpred,
+                                mb_values - args.cliprange_value,
+                                mb_values + args.cliprange_value,
+                            )
+                            vf_losses1 = torch.square(vpred - mb_return)
+                            vf_losses2 = torch.square(vpredclipped - mb_return)
+                            vf_loss_max = torch.max(vf_losses1, vf_losses2)
+                            vf_loss = 0.5 * masked_mean(vf_loss_max, ~padding_mask_p1[micro_batch_inds])
+                            vf_clipfrac = masked_mean(
+                                (vf_losses2 > vf_losses1).float(), ~padding_mask_p1[micro_batch_inds]
+                            )
+                            # Policy loss: -A x ratio, the ratio pi/pi_old clipped to 1 +- cliprange (the larger
+                            # of the two losses, the pessimistic bound, is kept).
+                            logprobs_diff = new_logprobs - mb_logprobs
+                            ratio = torch.exp(logprobs_diff)
+                            pg_losses = -mb_advantage * ratio
+                            pg_losses2 = -mb_advantage * torch.clamp(ratio, 1.0 - args.cliprange, 1.0 + args.cliprange)
+                            pg_loss_max = torch.max(pg_losses, pg_losses2)
+                            pg_loss = masked_mean(pg_loss_max, ~padding_mask[micro_batch_inds])
+                            loss = pg_loss + args.vf_coef * vf_loss
+                            accelerator.backward(loss)
+                            optimizer.step()  # accelerate steps once per mini-batch (see __init__)
+                            optimizer.zero_grad()
+                            with torch.no_grad():
+                                pg_clipfrac = masked_mean(
+                                    (pg_losses2 > pg_losses).float(), ~padding_mask[micro_batch_inds]
+                                )
+                                prob_dist = torch.nn.functional.softmax(logits, dim=-1)
+                                entropy = torch.logsumexp(logits, dim=-1) - torch.sum(prob_dist * logits, dim=-1)
+                                approxkl = 0.5 * (logprobs_diff**2).mean()
+                                at = ppo_epoch_idx, minibatch_idx, gradient_accumulation_idx
+                                approxkl_stats[at] = approxkl
+                                pg_clipfrac_stats[at] = pg_clipfrac
+                                pg_loss_stats[at] = pg_loss
+                                vf_loss_stats[at] = vf_loss
+                                vf_clipfrac_stats[at] = vf_clipfrac
+                                entropy_stats[at] = entropy.mean()
+                                ratio_stats[at] = ratio.mean()
+                        gradient_accumulation_idx += 1
+                    minibatch_idx += 1
+                    # del everything and empty cache
+                    # fmt: off
+                    del (
+                        output, vpred_temp, logits, new_logprobs, vpred, vpredclipped,
+                        vf_losses1, vf_losses2, vf_loss, vf_clipfrac, logprobs_diff, ratio, pg_losses, pg_losses2,
+                        pg_loss_max, pg_loss, loss, pg_clipfrac, prob_dist, entropy, approxkl, mb_return,
+                        mb_advantage, mb_values, mb_responses, mb_query_responses, mb_logprobs,
+                    )
+                    # fmt: on
+                    clear_device_cache()
+            with torch.no_grad():
+                mean_kl = kl.sum(1).mean()
+                # Mask padding positions, filled with INVALID_LOGPROB, else they'd drag the entropy negative
+                mean_entropy = ((-logprobs) * (~padding_mask).float()).sum(1).mean()
+                mean_non_score_reward = non_score_reward.sum(1).mean()
+                rlhf_reward = mean_non_score_reward + scores.mean()
+                eps = int(self.state.episode / (time.time() - start_time))
+                gathered = self.accelerator.gather_for_metrics
+                metrics = {}
+                metrics["eps"] = eps
+                metrics["objective/kl"] = gathered(mean_kl).mean().item()
+                metrics["objective/entropy"] = gathered(mean_entropy).mean().item()
+                metrics["objective/non_score_reward"] = gathered(mean_non_score_reward).mean().item()
+                metrics["objective/rlhf_reward"] = gathered(rlhf_reward).mean().item()
+                metrics["objective/scores"] = gathered(scores.mean()).mean().item()
+                metrics["policy/approxkl_avg"] = gathered(approxkl_stats).mean().item()
+                metrics["policy/clipfrac_avg"] = gathered(pg_clipfrac_stats).mean().item()
+                metrics["loss/policy_avg"] = gathered(pg_loss_stats).mean().item()
+                metrics["loss/value_avg"] = gathered(vf_loss_stats).mean().item()
+                metrics["val/clipfrac_avg"] = gathered(vf_clipfrac_stats).mean().item()
+                metrics["policy/entropy_avg"] = gathered(entropy_stats).mean().item()
+                metrics["val/ratio"] = gathered(ratio_stats).mean().item()
+                metrics["val/ratio_var"] = _variance(gathered(ratio_stats))
+                metrics["val/num_eos_tokens"] = (responses == processing_class.eos_token_id).sum().item()
+                metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
+                metrics["episode"] = self.state.episode
+                metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)
+                self.state.epoch = self.state.episode / self.train_dataset_len  # used by self.log
+                self.state.global_step += 1
+                self.log(metrics)
+                # 7. Adaptive KL (ours): the next rollout's coefficient follows target_kl. objective/kl is the mean
+                # over all processes: each adapts the same way.
+                if args.target_kl:
+                    self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl,
+                                                    args.batch_size, args.kl_horizon)
+
+            self.lr_scheduler.step()
+            self.control = self.callback_handler.on_step_end(args, self.state, self.control)
+            if self.control.should_save:
+                self._save_checkpoint(model, trial=None)
+                self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+            del kl, mean_kl, mean_entropy, mean_non_score_reward, scores, metrics, non_score_reward
+            clear_device_cache()
+            gc.collect()
+
+            if args.num_sample_generations > 0 and (update - 1) % self.sample_generations_freq == 0:
+                self.generate_completions(sampling=True)
+                clear_device_cache()
+            del (
+                query_responses, responses, postprocessed_responses, logprobs, ref_logprobs, values,
+                sequence_lengths, contain_eos_token, sequence_lengths_p1, response_idxs, padding_mask,
+                padding_mask_p1, rewards, actual_start, actual_end, advantages, returns,
+            )
+            clear_device_cache()
+
+        # HF trainer specifics
+        self.control = self.callback_handler.on_train_end(args, self.state, self.control)
+        if self.control.should_save:
+            self._save_checkpoint(model, trial=None)
+            self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
+    # ---- What we log beyond TRL's metrics ----
+
+    def record_completions(self, completions, stop_token_id):
+        """Each rollout's completions (token ids after the prompt, padded after the stop token), for their lengths."""
+        lengths, clipped = completion_lengths(completions, stop_token_id)
+        self._lengths.append(lengths)
+        self._clipped.append(clipped)
+
+    def _our_metrics(self, metrics):
+        """The KL coefficient, the rollout without signal, the completion lengths (under GRPO's names: TRL's PPO
+        logged none, where length hacking shows) and each reward function, over all processes (call it in each)."""
+        gathered = self.accelerator.gather_for_metrics
+        ours = {"objective/kl_coef": self.kl_coef}  # the coefficient this rollout was trained with
+        zeroed = torch.tensor([float(self.advantages_zeroed)], device=self.accelerator.device)
+        ours["objective/advantages_zeroed"] = share = gathered(zeroed).mean().item()
+        if share and not self._said_zeroed and self.accelerator.is_main_process:
+            self._said_zeroed = True
+            print(f"PPO step {self.state.global_step + 1}: every completion of a rollout scored the same "
+                  f"(objective/scores {metrics['objective/scores']:.3g}): no reward signal, so its advantages are 0 "
+                  "and the policy takes no step from it (said once; objective/advantages_zeroed counts them; "
+                  "--skip_rollouts_without_signal false trains on them as TRL does)", flush=True)
+        if self._lengths:
+            lengths = gathered(torch.cat(self._lengths)).float()
+            clipped = gathered(torch.cat(self._clipped)).float()
+            self._lengths, self._clipped = [], []
+            ours.update({
+                "completions/mean_length": lengths.mean().item(),
+                "completions/min_length": lengths.min().item(),
+                "completions/max_length": lengths.max().item(),
+                "completions/clipped_ratio": clipped.mean().item(),
+            })
+        if hasattr(self.reward_model, "recorded_metrics"):
+            ours.update(self.reward_model.recorded_metrics(gathered))
+        return ours
+
+    def generate_completions(self, sampling=False):
+        """TRL's sample table: completions of the evaluation prompts, nearly greedy, printed with their scores."""
+        if self.eval_dataset is None:
+            return
+        args = self.args
+        processing_class = self.processing_class
+        generation_kwargs = {
+            "max_new_tokens": args.response_length,
+            "temperature": (0.01 + 1e-7),
+            "top_k": 0.0,
+            "top_p": 1.0,
+            "do_sample": True,
+        }
+        generation_config = GenerationConfig(**generation_kwargs)
+
+        table = defaultdict(list)
+        with (
+            self.generating_aside(),
+            unwrap_model_for_generation(
+                self.model,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
+            ) as unwrapped_model,
+        ):
+            for batch in self.eval_dataloader:
+                query = batch["input_ids"]
+                with torch.no_grad():
+                    context_length = query.shape[1]
+                    query_response, _ = batch_generation(
+                        unwrapped_model.policy,
+                        query,
+                        query.shape[0],
+                        processing_class.pad_token_id,
+                        generation_config,
+                    )
+                    response = query_response[:, context_length:]
+                    postprocessed_response = response
+                    if self.stop_token_id is not None:  # handle the edge case when stop_token_id exists but is 0
+                        postprocessed_response = truncate_response(
+                            self.stop_token_id, processing_class.pad_token_id, response
+                        )
+                    table["query"].extend(
+                        gather_object(processing_class.batch_decode(query, skip_special_tokens=True))
+                    )
+                    table["model response"].extend(
+                        gather_object(processing_class.batch_decode(postprocessed_response))
+                    )
+
+                    postprocessed_query_response = torch.cat((query, postprocessed_response), 1)
+                    score = score_completions(
+                        self.reward_model, postprocessed_query_response, processing_class.pad_token_id, context_length
+                    )
+                    table["score"].extend(self.accelerator.gather_for_metrics(score).float().cpu().numpy())
+
+                if sampling:
+                    break
+        df = pd.DataFrame(table)
+
+        if self.accelerator.is_main_process:
+            if is_rich_available():
+                _print_rich_table(df.iloc[0 : 0 + 5])
+            if "wandb" in args.report_to:
+                import wandb
+
+                if wandb.run is not None:
+                    wandb.log({"completions": wandb.Table(dataframe=df)})
+
+            if "comet_ml" in args.report_to:
+                log_table_to_comet_experiment(
+                    name="completions.csv",
+                    table=df,
+                )
+
+    @contextmanager
+    def generating_aside(self):
+        """Within it, what reward functions score is not logged as training (an evaluation, the sample table)."""
+        recording = getattr(self.reward_model, "recording", None)
+        if recording is not None:
+            self.reward_model.recording = False
+        try:
+            yield
+        finally:
+            if recording is not None:
+                self.reward_model.recording = recording
+
+    # ---- Saving ----
+
+    def _save_checkpoint(self, model, trial):
+        """A checkpoint: ours first (data order, value model, KL coefficient), then transformers' (the policy,
+        optimizer, scheduler, random states, and `trainer_state.json` last: it marks a checkpoint complete)."""
+        checkpoint = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save:  # the order is drawn alike in every process (see RecordedPasses)
+            checkpoint.mkdir(parents=True, exist_ok=True)
+            torch.save(self.dataloader.state(), checkpoint / DATA_ORDER_FILE)
+        self.save_extra_checkpoint_files(checkpoint)
+        with self._without_ddp_wrapper():
+            model_name = (Path(self.args.output_dir).name if self.args.hub_model_id is None
+                          else self.args.hub_model_id.split("/")[-1])
+            self.create_model_card(model_name=model_name)
+            super()._save_checkpoint(model, trial)
+
+    def save_extra_checkpoint_files(self, checkpoint):
+        """The value model and the KL coefficient (TRL's checkpoints held only the policy). In every process, before
+        anything else of transformers' is saved in the checkpoint."""
+        self.save_value_model(checkpoint / VALUE_MODEL_DIR)  # in every process: ZeRO-3 / FSDP gather its weights
+        if self.args.should_save:
+            (checkpoint / PPO_STATE).write_text(json.dumps({"kl_coef": self.kl_coef}) + "\n")
+
+    def save_model(self, output_dir=None, _internal_call=False):
+        """The policy alone (with LoRA, its adapter), loadable with `from_pretrained`.
+
+        Ours: under DDP, the wrapper is taken off first (TRL's kept the whole policy-and-value state dict, which no
+        model loads); under DeepSpeed, the weights are gathered from the engine in every process (ZeRO-3 gathers its
+        shards) and the main process saves the policy's part (TRL's failed at the first checkpoint)."""
+        if self.is_deepspeed_enabled:
+            output_dir = output_dir or self.args.output_dir
+            weights = self.accelerator.get_state_dict(self.deepspeed)
+            if self.args.should_save:
+                self.trained_policy.save_pretrained(output_dir, state_dict={
+                    name.removeprefix("policy."): tensor for name, tensor in weights.items()
+                    if name.startswith("policy.")})
+            return
+        with self._without_ddp_wrapper():
+            backup_model = self.model
+            self.model = self.model.policy  # save only the policy for inference
+            try:
+                super().save_model(output_dir, _internal_call)
+            finally:
+                self.model = backup_model
+
+    def value_model_state_dict(self):
+        """The value model's weights on the main process (None on the others). Call it in every process: under
+        ZeRO-3 or FSDP they are gathered from all."""
+        state_dict = self.accelerator.get_state_dict(self.model)  # policy.* and value_model.*, unsharded
+        if not self.accelerator.is_main_process:
+            return None
+        prefix = "value_model."
+        return {name.removeprefix(prefix): tensor for name, tensor in state_dict.items() if name.startswith(prefix)}
+
+    def save_value_model(self, path):
+        """Save the value model. Call it in every process: under ZeRO-3 or FSDP its weights are gathered from all."""
+        weights = self.value_model_state_dict()
+        if self.accelerator.is_main_process:
+            self.trained_value_model.save_pretrained(path, state_dict=weights)
+
+    def create_model_card(self, model_name=None):
+        """TRL's model card (README.md in the output folder), with the policy's base model and PPO's citation."""
+        if not self.is_world_process_zero():
+            return
+        from trl.trainer.utils import generate_model_card
+
+        name_or_path = self.trained_policy.config._name_or_path
+        card = generate_model_card(
+            base_model=name_or_path if name_or_path and not os.path.isdir(name_or_path) else None,
+            model_name=model_name, hub_model_id=self.hub_model_id, dataset_name=None, tags=list(self._tag_names),
+            wandb_url=None, trackio_url=None, comet_url=None, trainer_name=self._name,
+            trainer_citation=self._paper["citation"], paper_title=self._paper["title"], paper_id=self._paper["id"])
+        card.save(os.path.join(self.args.output_dir, "README.md"))
+
+    @contextmanager
+    def _without_ddp_wrapper(self):
+        """`self.model` out of DDP's wrapper, which hides the policy-and-value wrapper's `.config` and `.policy` that
+        saving reads (ours: TRL's failed at the first checkpoint of a multi-process run, huggingface/trl#2375)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        wrapped = self.model
+        if isinstance(wrapped, DistributedDataParallel):
+            self.model = wrapped.module
+        try:
+            yield
+        finally:
+            self.model = wrapped
+
+    # ---- Resuming (ours) ----
+
+    def resume(self, checkpoint, load_adapter=False):
+        """Restore optimizer, scheduler, random states, KL coefficient and progress from `checkpoint`.
+
+        Full weights (policy, value model) are loaded from the checkpoint before the trainer is built; a LoRA
+        adapter is loaded here (`load_adapter`), once the trainer has wrapped the policy.
+        """
+        checkpoint = Path(checkpoint)
+        if load_adapter:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self.trained_policy, load_file(checkpoint / "adapter_model.safetensors"))
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        self.restore_optimizer_scheduler_and_rng(checkpoint)
+        self.kl_coef = json.loads((checkpoint / PPO_STATE).read_text(encoding="utf-8"))["kl_coef"]
+        self.start_at_batch(state["global_step"])
+
+    def restore_optimizer_scheduler_and_rng(self, checkpoint):
+        """Load the optimizer, learning-rate scheduler and random states that transformers saved in `checkpoint`,
+        and the random states of the data order."""
+        checkpoint = Path(checkpoint)
+
+        def load(name):
+            # weights_only: plain tensors and numbers, nothing is unpickled beyond that. On the CPU: under torchrun on
+            # CPUs the tensors are tagged "cpu:0", which torch.load cannot map back; the optimizer moves its state
+            # to its parameters' device.
+            return torch.load(checkpoint / name, map_location="cpu", weights_only=True)
+
+        if self.is_deepspeed_enabled:
+            # DeepSpeed keeps the optimizer state in its own checkpoint (global_step*/), one shard per process
+            from transformers.integrations.deepspeed import deepspeed_load_checkpoint
+
+            deepspeed_load_checkpoint(self.model, str(checkpoint))
+        else:
+            self.optimizer.load_state_dict(load(OPTIMIZER_NAME))
+        self.lr_scheduler.load_state_dict(load(SCHEDULER_NAME))
+        self._load_rng_state(str(checkpoint))  # this process's own file in a multi-process run
+        if (checkpoint / DATA_ORDER_FILE).exists():  # not in checkpoints of earlier versions of this package
+            self.dataloader.load_state(load(DATA_ORDER_FILE))
+
+    def start_at_batch(self, done):
+        """Continue a run that stopped after `done` batches: train() runs only the batches left, its step and
+        episode counters continuing from `done`, and the rest of the pass over the prompts it stopped in comes first,
+        in the order that pass was drawn in. Call it after `restore_optimizer_scheduler_and_rng`."""
+        self.dataloader.skip_first(done % len(self.dataloader))
+        self._first_batch = done
+
+
+class RecordedPasses:
+    """The train dataloader, keeping the random state that the order of the pass in flight was drawn from (ours).
+
+    `DataLoader(shuffle=True)` draws a pass's order when the pass begins: from its sampler's generator, which
+    accelerate gives it (seeded alike in every process) in a multi-process run and calls `synchronized_generator`,
+    else one seed from torch's global generator. A run resumed inside a later pass must draw that pass again from
+    the state it was drawn from: the checkpoint's random state is where that pass left it.
+    """
+
+    def __init__(self, dataloader):
+        self.dataloader = dataloader
+        self.pass_start = None  # the order generator's state when the pass in flight began
+        self._first_pass = None  # the rest of the pass a resumed run stopped in
+
+    def _generator_state(self, state=None):
+        """The state of the generator that passes are drawn from; with `state`, set it first."""
+        generator = self.dataloader.synchronized_generator  # accelerate's name for the sampler's generator
+        if state is not None:
+            (generator.set_state if generator is not None else torch.set_rng_state)(state)
+        return generator.get_state() if generator is not None else torch.get_rng_state()
+
+    def state(self):
+        return {"pass_start": self.pass_start, "now": self._generator_state()}
+
+    def load_state(self, state):
+        """Put back `state()` as saved; then `skip_first` draws the pass in flight again."""
+        self.pass_start = state["pass_start"]
+        self._generator_state(state["now"])  # the sampler's generator is not in transformers' random states
+
+    def skip_first(self, skip):
+        """Draw the pass in flight again from its saved state, and leave out its first `skip` batches."""
+        if not skip:
+            return  # a pass had just ended: the next is drawn from the state restored
+        # torch's DataLoader also draws a base seed from the global generator at each pass: the checkpoint's global
+        # state comes after that draw, so it is put back too.
+        now, global_now = self._generator_state(), torch.get_rng_state()
+        self._generator_state(self.pass_start if self.pass_start is not None else now)
+        self.pass_start = self._generator_state()
+        self._first_pass = iter(self.dataloader)
+        for _ in range(skip):  # the first batch draws the order
+            next(self._first_pass, None)
+        self._generator_state(now)
+        torch.set_rng_state(global_now)
+
+    def __iter__(self):
+        if self._first_pass is not None:
+            iterator, self._first_pass = self._first_pass, None
+            return iterator
+        self.pass_start = self._generator_state()
+        return iter(self.dataloader)
+
+    def __len__(self):
+        return len(self.dataloader)
+
+
+def _variance(values):
+    """The variance of `values`, NaN for a single one (TRL's val/ratio_var made torch warn there)."""
+    return values.var().item() if values.numel() > 1 else float("nan")
+
+
+def _is_sequence_classifier(model):
+    return not hasattr(getattr(model, "module", model), "score_completions")
+
+
+def _is_peft_model(model):
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _print_rich_table(df):
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(show_lines=True)
+    for column in df.columns:
+        table.add_column(column)
+    for _, row in df.iterrows():
+        table.add_row(*row.astype(str).tolist())
+    console.print(table)
