@@ -199,9 +199,10 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     skip_rollouts_without_signal: bool = field(
         default=True,
         metadata={
-            "help": "A rollout whose completions all scored the same (e.g. none passed the verifier) is trained on "
-            "with advantages of 0: the policy takes no step from it, the value model still learns (ours; TRL "
-            "whitens them to unit size, a full step from noise). Logged as objective/advantages_zeroed."
+            "help": "A rollout whose completions (every process's) all scored the same, e.g. none passed the "
+            "verifier, is trained on with advantages of 0: the policy does not move (momentum included), the value "
+            "model still learns (ours; TRL whitens them to unit size, a full step from noise). Logged as "
+            "objective/advantages_zeroed."
         },
     )
     max_completion_length: int = field(

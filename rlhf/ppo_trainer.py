@@ -135,6 +135,12 @@ def masked_whiten(values, mask, shift_mean=True):
     return whitened
 
 
+def rollout_without_signal(scores):
+    """Whether every completion of a rollout (`scores`: all of them, over all processes) scored the same, so that
+    their advantages carry no reward signal. A rollout of one completion has nothing to compare: never."""
+    return len(scores) > 1 and bool((scores == scores[0]).all())
+
+
 def adaptive_kl_coef(coef, kl, target, n_steps, horizon):
     """One update of the adaptive KL controller (Ziegler et al. 2019, as in OpenRLHF).
 
@@ -694,15 +700,28 @@ class PPOTrainer(Trainer):
                 # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would
                 # still get advantages of unit size: GAE's noise (the value model's errors, the KL penalty and, with
                 # lam < 1, a push against the last token, EOS), a full PPO step. With skip_rollouts_without_signal
-                # they are 0 (GRPO's zero advantage for a group that all scored the same); the returns stay.
-                self.advantages_zeroed = bool(args.skip_rollouts_without_signal and (scores == scores[0]).all())
+                # they are 0 (GRPO's zero advantage for a group that all scored the same) and the policy is not
+                # stepped at all (step 6); the returns, which the value model learns, stay. Judged on the whole
+                # rollout, every process's completions together; a rollout of one completion is never judged flat.
+                self.advantages_zeroed = args.skip_rollouts_without_signal and rollout_without_signal(
+                    accelerator.gather(scores))
                 if self.advantages_zeroed:
                     advantages.zero_()
                 advantages = torch.masked_fill(advantages, padding_mask, 0)
                 clear_device_cache()
 
-            # 6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch
-            for ppo_epoch_idx in range(args.num_ppo_epochs):
+            # 6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch.
+            # Ours: a rollout without signal steps the value model alone. Its policy gradients are 0, and AdamW would
+            # still move the policy by its momentum (and weight decay): they are dropped before each step, which
+            # AdamW then skips for those weights. Under DeepSpeed and FSDP, whose optimizers hold the weights
+            # flattened together, such a rollout is not trained on at all.
+            skip_policy = self.advantages_zeroed and not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
+            skip_rollout = self.advantages_zeroed and not skip_policy
+            if skip_rollout:
+                for stats in (approxkl_stats, pg_clipfrac_stats, pg_loss_stats, vf_loss_stats, vf_clipfrac_stats,
+                              entropy_stats, ratio_stats):
+                    stats.zero_()
+            for ppo_epoch_idx in range(0 if skip_rollout else args.num_ppo_epochs):
                 b_inds = np.random.permutation(args.local_batch_size)
                 minibatch_idx = 0
                 for mini_batch_start in range(0, args.local_batch_size, args.local_mini_batch_size):
@@ -753,6 +772,9 @@ class PPOTrainer(Trainer):
                             pg_loss = masked_mean(pg_loss_max, ~padding_mask[micro_batch_inds])
                             loss = pg_loss + args.vf_coef * vf_loss
                             accelerator.backward(loss)
+                            if skip_policy:
+                                for parameter in self.trained_policy.parameters():
+                                    parameter.grad = None
                             optimizer.step()  # accelerate steps once per mini-batch (see __init__)
                             optimizer.zero_grad()
                             with torch.no_grad():
@@ -856,13 +878,15 @@ class PPOTrainer(Trainer):
         logged none, where length hacking shows) and each reward function, over all processes (call it in each)."""
         gathered = self.accelerator.gather_for_metrics
         ours = {"objective/kl_coef": self.kl_coef}  # the coefficient this rollout was trained with
-        zeroed = torch.tensor([float(self.advantages_zeroed)], device=self.accelerator.device)
-        ours["objective/advantages_zeroed"] = share = gathered(zeroed).mean().item()
-        if share and not self._said_zeroed and self.accelerator.is_main_process:
+        ours["objective/advantages_zeroed"] = float(self.advantages_zeroed)  # decided alike in every process
+        if self.advantages_zeroed and not self._said_zeroed and self.accelerator.is_main_process:
             self._said_zeroed = True
+            skipped = ("the policy takes no step from it (the value model still learns)"
+                       if not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
+                       else "it is not trained on (under DeepSpeed or FSDP the value model skips it too)")
             print(f"PPO step {self.state.global_step + 1}: every completion of a rollout scored the same "
                   f"(objective/scores {metrics['objective/scores']:.3g}): no reward signal, so its advantages are 0 "
-                  "and the policy takes no step from it (said once; objective/advantages_zeroed counts them; "
+                  f"and {skipped} (said once; objective/advantages_zeroed marks them; "
                   "--skip_rollouts_without_signal false trains on them as TRL does)", flush=True)
         if self._lengths:
             lengths = gathered(torch.cat(self._lengths)).float()

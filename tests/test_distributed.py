@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import assert_ok, grpo_args, ppo_args, run_script, start_script, wait_for
+from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars, start_script, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -90,6 +90,23 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     assert start.keys() == final.keys() == checkpoint.keys()
     assert any(not torch.equal(start[name], final[name]) for name in start)
     assert all(torch.equal(final[name], checkpoint[name]) for name in final)
+
+
+def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_completions(tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "ppo"
+    # Rollouts of 2 prompts, one in each process: a process's slice of one completion always "scored the same", and
+    # judged per process every rollout had its advantages zeroed and the policy never trained. The tiny reward model's
+    # scores differ from completion to completion: every rollout has signal.
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4",
+                                                  "--per_device_train_batch_size", "1"), processes=2)
+    assert_ok(result)
+    logged = scalars(out)
+    assert [value for _, value in logged["train/objective/advantages_zeroed"]] == [0.0, 0.0]
+    assert all(value != 0 for _, value in logged["train/loss/policy_avg"])
+    start, final = (AutoModelForCausalLM.from_pretrained(path).state_dict() for path in (tiny_models["policy"], out))
+    assert any(not torch.equal(start[name], final[name]) for name in start)
 
 
 def test_ppo_with_lora_on_two_processes_trains_against_the_adapter_disabled_reference(tiny_models, tmp_path):

@@ -93,8 +93,14 @@ def test_ppo_with_reward_functions_under_zero2_scores_them_and_saves_the_value_m
                                                                   "--total_episodes", "8"))
     assert_ok(result)
     assert "engine: DeepSpeed ZeRO-2" in result.stdout
-    assert "train/rewards/boxed_format/mean" in scalars(out)
+    logged = scalars(out)
+    assert "train/rewards/boxed_format/mean" in logged
     assert (out / "value_model" / "config.json").exists()
+    # The tiny policy boxes nothing: the first rollout is without signal (all cut off at 8 tokens), and under
+    # DeepSpeed not trained on at all (its optimizer holds the policy and value model flattened together: the
+    # policy's momentum cannot be held alone).
+    assert logged["train/objective/advantages_zeroed"][0][1] == 1.0
+    assert "it is not trained on (under DeepSpeed or FSDP the value model skips it too)" in result.stdout
 
 
 @launched

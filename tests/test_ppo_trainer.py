@@ -393,3 +393,53 @@ def test_a_golden_run_gives_the_figures_pinned(tiny_models, tmp_path):
     figures = golden_run(tiny_models, tmp_path)
     for name, expected in GOLDEN.items():
         assert figures[name] == pytest.approx(expected, rel=1e-4, abs=1e-7), name
+
+
+def test_a_rollout_of_one_completion_is_never_judged_without_signal_and_a_flat_one_is():
+    import torch
+
+    from rlhf.ppo_trainer import rollout_without_signal
+
+    assert not rollout_without_signal(torch.tensor([-0.91]))  # nothing to compare
+    assert rollout_without_signal(torch.tensor([-0.5, -0.5, -0.5]))
+    assert not rollout_without_signal(torch.tensor([-0.5, -0.5, 0.5]))
+
+
+class _SignalThenFlat(_Scores):
+    """Scores that differ at the first rollout and are all 0 from the second on."""
+
+    def __init__(self):
+        super().__init__(equal=False)
+
+    def score_completions(self, query_responses, context_length):
+        scores = super().score_completions(query_responses, context_length)
+        self.equal = True
+        return scores
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_a_rollout_without_signal_after_one_with_signal_leaves_the_policy_where_it_was_momentum_included(
+        hooks, skip):
+    import torch
+    from transformers import TrainerCallback
+
+    # AdamW's momentum from the first rollout would move every policy weight on the second's zero gradient.
+    hooks.reward_model = _SignalThenFlat()
+    hooks.args.skip_rollouts_without_signal = skip
+    after_first = {}
+
+    class AfterFirst(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                for name, model in (("policy", hooks.trained_policy), ("value", hooks.trained_value_model)):
+                    after_first[name] = [p.detach().clone() for p in model.parameters()]
+
+    hooks.add_callback(AfterFirst())
+    hooks.train()  # 2 rollouts of 2 prompts
+
+    def moved(name, model):
+        return sum(not torch.equal(p, q) for p, q in zip(model.parameters(), after_first[name]))
+
+    assert hooks.state.global_step == 2 and hooks.advantages_zeroed == skip
+    assert (moved("policy", hooks.trained_policy) == 0) == skip  # TRL's: every weight moved
+    assert moved("value", hooks.trained_value_model) > 0  # the value model still learns the flat rollout's returns
