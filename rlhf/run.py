@@ -125,6 +125,8 @@ def _decide(folder, configs, resume_from_checkpoint):
         if settings:
             changes.update(_compare_resolved(changed_flags(settings.get("config", {}), config),
                                              settings.get("resolved", {}), resolved, config))
+            changes = _without_moved_defaults(changes)
+    _note_other_trl(record or manifest, configs)
     refused = {flag: values for flag, values in changes.items() if flag not in MAY_CHANGE}
     if refused:
         owner = f"{checkpoint} comes from a run" if record else f"{folder} holds a run"
@@ -136,6 +138,37 @@ def _decide(folder, configs, resume_from_checkpoint):
         _check_continues(folder, manifest, changes, checkpoint)  # a finished run may have nothing to do
     _check_optimizer_state(checkpoint)
     return Launch(checkpoint, changes)
+
+
+# Defaults that TRL moved between the releases a run may have started on and this one, for settings that do not act
+# on the models this package trains: {flag: (old default, new default)}. A run recorded with the old default resumes.
+MOVED_DEFAULTS = {
+    # TRL 1.16: None, the model's own coefficient, was 0.001 in 1.12; it weighs the router's loss of a
+    # mixture-of-experts model, and TRL 1.16 refuses any value for another model.
+    "router_aux_loss_coef": (0.001, None),
+}
+
+# What a run started on another TRL release trains differently from here on, by trainer (its config's class).
+TRL_MOVE = {
+    "GRPOTrainingConfig": "GRPO's log-probabilities now come through TRL's fused LM head (the same maths, other "
+                          "rounding)",
+    "PPOTrainingConfig": "PPO is now the package's own copy of TRL 1.12's (equal to it), except that a rollout whose "
+                         "completions all scored the same no longer moves the policy through AdamW's momentum",
+    "RewardTrainingConfig": "the reward model trains with that release's RewardTrainer",
+}
+
+
+def _without_moved_defaults(changes):
+    return {flag: values for flag, values in changes.items() if tuple(values) != MOVED_DEFAULTS.get(flag)}
+
+
+def _note_other_trl(settings, configs):
+    """Say it when a run goes on with another TRL release than the one it was started with, and what changes."""
+    before, now = (settings.get("versions") or {}).get("trl"), versions().get("trl")
+    if before and now and before != now and is_main_process():
+        what = TRL_MOVE.get(type(configs[-1]).__name__ if configs else "")
+        print(f"note: this run was trained with trl {before} so far and goes on with trl {now}"
+              + (f": {what}." if what else "."), flush=True)
 
 
 def _check_same_script(settings, configs, owner, fix):

@@ -87,6 +87,32 @@ def test_an_interrupted_run_resumes_and_the_manifest_records_each_launch(tmp_pat
     assert set(manifest["versions"]) >= {"python", "torch", "transformers", "trl", "peft"}
 
 
+@dataclass
+class GRPOTrainingConfig:
+    """A stand-in for the GRPO config, with a setting whose default TRL 1.16 moved (0.001 -> None)."""
+
+    max_steps: int = 10
+    learning_rate: float = 1e-5
+    router_aux_loss_coef: float | None = None
+
+
+def test_a_run_started_on_trl_1_12_resumes_here_and_the_launch_says_what_changes(tmp_path, capsys):
+    record_launch(tmp_path, "train_grpo.py", [GRPOTrainingConfig(router_aux_loss_coef=0.001)])
+    manifest = read_manifest(tmp_path)
+    manifest["versions"]["trl"] = "1.12.0"
+    (tmp_path / "run_manifest.json").write_text(json.dumps(manifest))
+    checkpoint = make_checkpoint(tmp_path, 3)
+
+    launch = prepare_output_dir(tmp_path, [GRPOTrainingConfig()])  # the moved default is no change of the run's
+    assert launch.checkpoint == checkpoint and launch.changes == {}
+    said = capsys.readouterr().out
+    assert said.startswith("note: this run was trained with trl 1.12.0 so far and goes on with trl ")
+    assert "GRPO's log-probabilities now come through TRL's fused LM head" in said and said.count("\n") == 1
+    release_locks()
+    with pytest.raises(UserError, match=r"--router_aux_loss_coef 0.01 \(the run has 0.001\)"):
+        prepare_output_dir(tmp_path, [GRPOTrainingConfig(router_aux_loss_coef=0.01)])  # a value given is compared
+
+
 def test_a_run_that_never_saved_a_checkpoint_starts_afresh_with_any_settings(tmp_path):
     record_launch(tmp_path, "train_grpo.py", [Settings()])  # e.g. it stopped on a typo before step 1
     assert prepare_output_dir(tmp_path, [Settings(learning_rate=1e-3)]).checkpoint is None

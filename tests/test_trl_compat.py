@@ -7,51 +7,52 @@ this process. PPO is the package's own code: its tests are in `tests/test_ppo_tr
 """
 
 import re
-import sys
 import warnings
 
 import pytest
 
-from conftest import error_line
+from conftest import ROOT, error_line
 
 # ---- The pinned release ----
 
 
-def test_the_installed_trl_is_the_pinned_release():
+def test_the_installed_trl_is_one_of_the_releases_the_package_runs_on():
     import trl
+    from packaging.specifiers import SpecifierSet
 
-    from rlhf.trl_compat import TRL_VERSION, check_trl_version
+    from rlhf.trl_compat import TRL_VERSIONS, check_trl_version
 
     check_trl_version()
-    assert trl.__version__ == TRL_VERSION == "1.12.0", "the checks below describe TRL 1.12.0"
+    assert trl.__version__ in SpecifierSet(TRL_VERSIONS) and TRL_VERSIONS == ">=1.16.0,<1.17", (
+        "the checks below describe TRL 1.16")
+    requirement = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("trl"))
+    assert requirement == f"trl{TRL_VERSIONS}", "requirements.txt and the version check accept other releases"
 
 
-def test_another_trl_release_is_refused_with_the_fix(monkeypatch):
+@pytest.mark.parametrize("version", ["1.12.0", "1.15.0", "1.17.0"])
+def test_another_trl_release_is_refused_with_the_fix(monkeypatch, version):
     import trl
 
     from rlhf.errors import UserError
     from rlhf.trl_compat import check_trl_version
 
-    monkeypatch.setattr(trl, "__version__", "1.13.0")
+    monkeypatch.setattr(trl, "__version__", version)
     with pytest.raises(UserError) as error:
         check_trl_version()
-    assert str(error.value) == "this package needs trl==1.12.0 (found 1.13.0): pip install -r requirements.txt"
+    assert str(error.value) == (f"this package needs trl>=1.16.0,<1.17 (found {version}): "
+                                "pip install -r requirements.txt")
 
 
-def test_train_ppo_refuses_another_trl_release_in_one_line(run_cli, monkeypatch, tmp_path):
+def test_a_script_refuses_another_trl_release_in_one_line_before_it_creates_anything(run_cli, monkeypatch,
+                                                                                      tmp_path):
     import trl
 
-    monkeypatch.setattr(trl, "__version__", "1.13.0")
-    # Import the PPO layer afresh, as a new process would (monkeypatch puts the modules back afterwards).
-    for module in ("rlhf.ppo", "rlhf.ppo_trainer"):
-        monkeypatch.delitem(sys.modules, module, raising=False)
-    result = run_cli("train_ppo.py", "--output_dir", tmp_path / "out")
-    refused = "error: this package needs trl==1.12.0 (found 1.13.0): pip install -r requirements.txt"
-    assert error_line(result) == refused
-    assert not (tmp_path / "out").exists()
-
-
-# ---- Warnings silenced in rlhf.trl_compat._silence_known_warnings ----
+    monkeypatch.setattr(trl, "__version__", "1.12.0")
+    for script in ("train_ppo.py", "train_grpo.py"):
+        result = run_cli(script, "--output_dir", tmp_path / "out")
+        refused = "error: this package needs trl>=1.16.0,<1.17 (found 1.12.0): pip install -r requirements.txt"
+        assert error_line(result) == refused
+        assert not (tmp_path / "out").exists()
 
 
 def test_each_silenced_warning_is_one_a_tiny_ppo_run_still_gives(tiny_models, tmp_path):

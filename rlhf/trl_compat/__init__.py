@@ -25,16 +25,19 @@ import warnings
 
 from rlhf.errors import UserError
 
-TRL_VERSION = "1.12.0"
+# The TRL releases this package runs GRPO and the reward model on: those the suite passed with (1.16.0, the newest;
+# PPO is the package's own and needs none of TRL's trainers).
+TRL_VERSIONS = ">=1.16.0,<1.17"
 
 
 def check_trl_version():
-    """Refuse any TRL but the pinned release: the fixes here rely on its private details (see the tests)."""
+    """Refuse a TRL outside `TRL_VERSIONS`: the fixes here rely on its private details (see the tests)."""
     import trl
+    from packaging.specifiers import SpecifierSet
 
-    if trl.__version__ != TRL_VERSION:
+    if trl.__version__ not in SpecifierSet(TRL_VERSIONS):
         raise UserError(
-            f"this package needs trl=={TRL_VERSION} (found {trl.__version__}): pip install -r requirements.txt"
+            f"this package needs trl{TRL_VERSIONS} (found {trl.__version__}): pip install -r requirements.txt"
         )
 
 
@@ -67,7 +70,7 @@ _WHERE = {
     "RewardTrainer": "trl",
 }
 
-__all__ = ["TRL_VERSION", "ScheduleFromResumedStep", "TrlParser", "check_trl_version", "close_progress_bar", *_WHERE]
+__all__ = ["TRL_VERSIONS", "ScheduleFromResumedStep", "TrlParser", "check_trl_version", "close_progress_bar", *_WHERE]
 
 
 def __getattr__(name):

@@ -1,11 +1,12 @@
-"""TRL 1.12's `GRPOTrainer`, resumed exactly where it stopped, also inside a generation block.
+"""TRL's `GRPOTrainer`, resumed exactly where it stopped, also inside a generation block.
 
-What TRL 1.12 does (trl/trainer/grpo_trainer.py): it generates the completions of `steps_per_generation x
-num_iterations` forward/backward passes at once and keeps them in `_buffered_inputs`; `_prepare_inputs` trains
-each pass on the slice `_step % steps_per_generation` of that buffer and generates afresh when `_step` (counted by
-`training_step` since the trainer was built) is a multiple of the block. It saves neither. And its train sampler,
-`RepeatSampler` (trl/trainer/utils.py, from `_get_train_sampler`), draws each pass over the prompts from one
-generator seeded once, with no `set_epoch`.
+What TRL does (1.12.0, and 1.16.0 the same, trl/trainer/grpo_trainer.py lines cited for 1.16.0): it generates the
+completions of `steps_per_generation x num_iterations` forward/backward passes at once and keeps them in
+`_buffered_inputs` (951); `_prepare_inputs` (1522) trains each pass on the slice `_step % steps_per_generation` of
+that buffer (1546) and generates afresh when `_step` (0 when the trainer is built, 948; counted by `training_step`,
+1513) is a multiple of the block (1539). It saves neither (`_save_checkpoint`, 3384, saves TRL's own state only).
+And its train sampler, `RepeatSampler` (trl/trainer/utils.py:859, from `_get_train_sampler`, 1280), draws each
+pass over the prompts from one generator seeded once, with no `set_epoch`.
 What goes wrong: a run resumed (or continued) inside a block starts at `_step` 0 with no buffer, so its first pass
 generates again (a second sample for a block already half trained on) and every later block is shifted; a run
 resumed in a later pass over the prompts draws the first pass's order again. Observable: the resumed run's weights
