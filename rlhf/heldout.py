@@ -26,7 +26,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from rlhf.errors import UserError
 from rlhf.evaluation import compare, draw_prompts, generate, held_out_prompts, score, summarize
-from rlhf.processes import is_main_process
+from rlhf.processes import is_main_process, share_from_main_process
 
 BASELINE_FILE = "heldout_baseline.json"  # the starting policy's scored completions, for a resumed run
 GENERATION_BATCH = 64  # sequences generated at once
@@ -152,10 +152,10 @@ class HeldOutEvaluation(TrainerCallback):
     # ---- When ----
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if self.resumed_from:  # in every process: the best checkpoint must be the same in all (see on_step_end)
+            restore_evaluations(state, self.resumed_from)
         if not is_main_process():
             return
-        if self.resumed_from:
-            restore_evaluations(state, self.resumed_from)
         self.baseline, seconds = self._cached_baseline(args.output_dir), 0.0
         if self.baseline is None:
             if self.resumed_from:
@@ -171,16 +171,22 @@ class HeldOutEvaluation(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
         due = step % eval_interval(args.eval_steps, state.max_steps) == 0 or step >= state.max_steps
-        if not (due and is_main_process()):
+        if not due:
             return
-        completions, seconds = self._completions()
-        metrics = heldout_metrics(completions, self.baseline, args.seed)
-        self._log(args, state, metrics, seconds)
-        name = best_metric_name(metrics)
-        if control.should_save and (state.best_metric is None or metrics[name] > state.best_metric):
-            # The checkpoint this step is about to save holds the weights just evaluated.
-            state.best_metric, state.best_global_step = metrics[name], step
-            state.best_model_checkpoint = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+        best = None
+        if is_main_process():  # one process generates and scores
+            completions, seconds = self._completions()
+            metrics = heldout_metrics(completions, self.baseline, args.seed)
+            self._log(args, state, metrics, seconds)
+            name = best_metric_name(metrics)
+            if control.should_save and (state.best_metric is None or metrics[name] > state.best_metric):
+                # The checkpoint this step is about to save holds the weights just evaluated.
+                best = metrics[name], step, os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+        # Every process takes the main process's decision: transformers' `_save_checkpoint` waits in a barrier where
+        # `state.best_global_step` is set, so a best checkpoint known to one process alone hangs the run.
+        best = share_from_main_process(best)
+        if best is not None:
+            state.best_metric, state.best_global_step, state.best_model_checkpoint = best
 
     # ---- What ----
 

@@ -79,3 +79,12 @@ def launched_zero_stage():
     if launched_engine() != "DEEPSPEED":
         return 0
     return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0"))
+
+
+def share_from_main_process(value):
+    """`value` as the main process has it, in every process of a multi-process launch (call it in all of them)."""
+    if launched_processes() <= 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]

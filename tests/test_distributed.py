@@ -7,6 +7,7 @@ total, not once per process), the optimizer step count follows the batch semanti
 import json
 import signal
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,6 +108,23 @@ def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_
     assert all(value != 0 for _, value in logged["train/loss/policy_avg"])
     start, final = (AutoModelForCausalLM.from_pretrained(path).state_dict() for path in (tiny_models["policy"], out))
     assert any(not torch.equal(start[name], final[name]) for name in start)
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_held_out_evaluation_on_two_processes_finishes_with_one_best_checkpoint(tiny_models, tmp_path, script):
+    out = tmp_path / "run"
+    # The main process alone evaluates; its best checkpoint used to be known to it alone, and transformers'
+    # `_save_checkpoint` then waited for the other process in a barrier that process never reached (a hang at the
+    # first checkpoint). 4 steps, a checkpoint and an evaluation every 2.
+    build, length = (grpo_args, ["--max_steps", "4"]) if script == "train_grpo.py" else (ppo_args, ["--total_episodes",
+                                                                                                    "16"])
+    result = run_script(script, *build(tiny_models, out, *length, "--save_steps", "2", "--eval_prompts", "2",
+                                       "--max_samples", "24"),
+                        processes=2, timeout=300)
+    assert_ok(result)
+    report = json.loads((out / "run_report.json").read_text())
+    assert Path(report["best_checkpoint"]).name in {"checkpoint-2", "checkpoint-4"}
+    assert Path(report["best_checkpoint"]).is_dir()
 
 
 def test_ppo_with_lora_on_two_processes_trains_against_the_adapter_disabled_reference(tiny_models, tmp_path):
