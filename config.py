@@ -30,7 +30,9 @@ class ModelArguments(ModelConfig):
 
     model_name_or_path: str = field(
         default="HuggingFaceTB/smollm2-135M-SFT-Only",
-        metadata={"help": "Policy to train: a Hugging Face Hub id or a local folder."},
+        metadata={"aliases": ["--model_name", "--model-name", "--model_path", "--model-path"],
+                  "help": "Policy to train: a Hugging Face Hub id or a local folder (--model_name and --model_path "
+                  "work too)."},
     )
     dtype: str = field(
         default="float32",
@@ -81,6 +83,11 @@ class ModelArguments(ModelConfig):
             raise ValueError(f"--lora_alpha must be > 0, got {self.lora_alpha}.")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
+        if not self.use_peft:  # said where the user gave one of them (a flag or a YAML key)
+            for name in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
+                         "use_rslora", "use_dora"):
+                note(self, name, "note: the LoRA settings given (--lora_r, --lora_alpha, ...) do nothing without "
+                     "--use_peft: all weights train; add --use_peft (or use_peft: true) to train a LoRA adapter")
         for bits in ("4bit", "8bit"):
             if getattr(self, f"load_in_{bits}") and not self.use_peft:
                 raise ValueError(f"--load_in_{bits} trains a LoRA adapter on frozen {bits[0]}-bit weights (QLoRA); "
@@ -214,10 +221,18 @@ class RewardArguments(RewardModelArguments):
             "\\boxed{} answers vs the ground_truth column), boxed_format, or module.function (TRL's signature)."
         },
     )
-    boxed_correct_reward: float = field(default=1.0, metadata={"help": "boxed_answer: reward of a correct answer."})
-    boxed_wrong_reward: float = field(default=-1.0, metadata={"help": "boxed_answer: reward of a wrong answer."})
+    boxed_correct_reward: float = field(
+        default=1.0, metadata={"aliases": ["--reward_correct", "--reward-correct"],
+                               "help": "boxed_answer: reward of a correct answer (--reward_correct works too)."}
+    )
+    boxed_wrong_reward: float = field(
+        default=-1.0, metadata={"aliases": ["--reward_wrong", "--reward-wrong"],
+                                "help": "boxed_answer: reward of a wrong answer (--reward_wrong works too)."}
+    )
     boxed_missing_reward: float = field(
-        default=-0.5, metadata={"help": "boxed_answer: reward when there is no \\boxed{} answer."}
+        default=-0.5, metadata={"aliases": ["--reward_no_answer", "--reward-no-answer"],
+                                "help": "boxed_answer: reward when there is no \\boxed{} answer (--reward_no_answer "
+                                "works too)."}
     )
 
     def __post_init__(self):

@@ -48,6 +48,21 @@ UNSUPPORTED_KEYS = {
     "datasets": "TRL's dataset mixtures are not supported; give one dataset with dataset_name (and "
                 "dataset_train_split)",
 }
+# Spellings from other scripts and libraries (the seeds' hand-written GRPO, a math GRPO's YAML, older TRL PPO) that
+# mean something here with another flag or a different unit: what to write instead. Consulted before any close
+# match, which can point the wrong way (num_return_sequences is not num_train_epochs). Where a spelling means the
+# same thing, it is an alias of the flag itself (e.g. --num_return_sequences for --num_generations).
+KNOWN_SPELLINGS = {
+    "batch_size": "GRPO: --prompts_per_step (prompts per optimizer step; --per_device_train_batch_size counts "
+                  "completions); PPO: --prompts_per_rollout",
+    "mini_batch_size": "PPO: --per_device_train_batch_size x --gradient_accumulation_steps is the prompts of one "
+                       "optimizer step",
+    "use_wandb": "--report_to wandb",
+    "wandb_project": "the environment variable WANDB_PROJECT (in a --config YAML: env: {WANDB_PROJECT: name})",
+    "wandb_run_name": "--run_name",
+    "device": "--use_cpu to train on the CPU; a GPU is used when there is one",
+    "model": "a nested section is not read: write model_name_or_path: PATH at the top level",
+}
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -110,8 +125,8 @@ class Parser:
 def _print_notes(configs, given):
     """Say, in one line each, every value the configs changed on the user's behalf (`config.change`): where the
     user gave it, or where it is news anyway. Once per launch: the main process prints."""
-    lines = [line for config in configs for name, line, always in vars(config).get("_notes", ())
-             if always or name in given]
+    lines = list(dict.fromkeys(line for config in configs for name, line, always in vars(config).get("_notes", ())
+                               if always or name in given))  # one line said once, whichever flags led to it
     if lines and is_main_process():
         print("\n".join(lines), flush=True)
 
@@ -237,14 +252,17 @@ def _read_config(path, known):
         raise UserError(f"config file {path} is not valid YAML{where}; fix the syntax there") from None
     if not isinstance(config, dict):
         raise UserError(f"config file {path} must hold a YAML mapping of flag names to values (key: value lines)")
-    normalized = {}
+    normalized, unknown = {}, []
     for key, value in config.items():
         name = str(key).replace("-", "_")
         if name in UNSUPPORTED_KEYS:
             raise UserError(f"{key} in {path}: {UNSUPPORTED_KEYS[name]}")
         if name not in known and name != "env":
-            raise UserError(f"unknown key '{key}' in {path}{_did_you_mean(name, known)}; see --help for names")
+            unknown.append(f"'{key}'{_did_you_mean(name, known)}")
         normalized[known.get(name, name)] = value
+    if unknown:
+        keys = "unknown key" + ("s " if len(unknown) > 1 else " ")
+        raise UserError(f"{keys}{', '.join(unknown)} in {path}; see --help for names")
     return normalized
 
 
@@ -294,15 +312,24 @@ def _listed(config, parser):
 
 
 def _check_flags(args, known):
+    """Refuse unknown flags, every one of them named in one line (with what to write instead where known)."""
+    unknown = []
     for arg in args:
         if arg.startswith("--"):
             name = arg[2:].split("=", 1)[0].replace("-", "_")
             if name.startswith("no_") and name[3:] in known:
                 continue
             if name not in known:
-                raise UserError(f"unknown flag {arg.split('=', 1)[0]}{_did_you_mean(name, known)}; see --help")
+                unknown.append(f"{arg.split('=', 1)[0]}{_did_you_mean(name, known)}")
+    if unknown:
+        flags = "unknown flag" + ("s " if len(unknown) > 1 else " ")
+        raise UserError(f"{flags}{', '.join(unknown)}; see --help")
 
 
 def _did_you_mean(name, known):
-    close = difflib.get_close_matches(name, sorted(known), n=1)
+    """What to write instead of an unknown `name`: its meaning here if it is a known spelling, else a close match
+    (only a close one: a far match points the wrong way)."""
+    if name in KNOWN_SPELLINGS:
+        return f" (here: {KNOWN_SPELLINGS[name]})"
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
     return f" (did you mean '{close[0]}'?)" if close else ""

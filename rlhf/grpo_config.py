@@ -45,7 +45,12 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
             "clipped at --epsilon."
         },
     )
-    num_generations: int = field(default=4, metadata={"help": "Completions sampled per prompt (the GRPO group)."})
+    num_generations: int = field(
+        default=4, metadata={"aliases": ["--num_return_sequences", "--num-return-sequences", "--group_size",
+                                         "--group-size"],
+                             "help": "Completions sampled per prompt, the GRPO group (--num_return_sequences and "
+                             "--group_size work too)."}
+    )
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(
         default=1.0,
@@ -67,16 +72,26 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         metadata={"help": "Forward/backward passes per optimizer step. Default: derived from --prompts_per_step "
                           "(given, it is TRL's batch flag: see --prompts_per_step)."},
     )
-    max_completion_length: int = field(default=256, metadata={"help": "Most tokens generated per completion."})
+    max_completion_length: int = field(
+        default=256, metadata={"aliases": ["--max_new_tokens", "--max-new-tokens"],
+                               "help": "Most tokens generated per completion (--max_new_tokens works too)."}
+    )
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (unless --max_steps)."})
-    epsilon: float = field(default=0.2, metadata={"help": "PPO-style clip range of the probability ratio."})
+    num_train_epochs: float = field(
+        default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
+                               "help": "Passes over the prompts (unless --max_steps; --num_epochs works too)."}
+    )
+    epsilon: float = field(
+        default=0.2, metadata={"aliases": ["--clip_range", "--clip-range", "--cliprange", "--cliprange"],
+                               "help": "PPO-style clip range of the probability ratio (--clip_range works too)."}
+    )
     beta: float = field(
         default=0.04,
         metadata={
+            "aliases": ["--kl_coef", "--kl-coef"],
             "help": "KL coefficient against the frozen reference. Must be > 0 to keep the reference model and log "
-            "`kl` (TRL's own default is 0.0)."
+            "`kl` (TRL's own default is 0.0). --kl_coef works too."
         },
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})

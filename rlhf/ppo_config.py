@@ -28,8 +28,7 @@ from rlhf.processes import launched_processes, on_gpu
 
 @dataclass
 class PPOConfig(TrainingArguments):
-    """TRL 1.12's `PPOConfig`: what `rlhf.ppo_trainer.PPOTrainer` reads. The batch sizes below `num_total_batches`
-    are computed by the trainer, not given."""
+    """TRL 1.12's `PPOConfig`: what `rlhf.ppo_trainer.PPOTrainer` reads."""
 
     # transformers' fields with TRL's defaults (TRL's _BaseConfig); "%%": argparse formats help strings
     logging_steps: float = field(default=10, metadata={"help": "Log every X updates steps (below 1: a ratio)."})
@@ -67,15 +66,14 @@ class PPOConfig(TrainingArguments):
         default=None, metadata={"help": "Subtracted from the score of a completion without an EOS token."}
     )
     sft_model_path: str = field(default="EleutherAI/pythia-160m", metadata={"help": "Path to the SFT model."})
-    world_size: int | None = field(default=None, metadata={"help": "Number of processes (computed)."})
-    num_total_batches: int | None = field(default=None, metadata={"help": "Number of rollouts to train (computed)."})
-    micro_batch_size: int | None = field(
-        default=None, metadata={"help": "per_device_train_batch_size x world_size (computed)."}
-    )
-    local_batch_size: int | None = field(default=None, metadata={"help": "Prompts per rollout, per process."})
-    batch_size: int | None = field(default=None, metadata={"help": "Prompts per rollout, over all processes."})
-    local_mini_batch_size: int | None = field(default=None, metadata={"help": "Mini-batch size, per process."})
-    mini_batch_size: int | None = field(default=None, metadata={"help": "Mini-batch size, over all processes."})
+    # computed by the trainer (ours: not flags; TRL's took them and overwrote them unsaid)
+    world_size: int | None = field(default=None, init=False)  # processes
+    num_total_batches: int | None = field(default=None, init=False)  # rollouts
+    micro_batch_size: int | None = field(default=None, init=False)  # per_device_train_batch_size x world_size
+    local_batch_size: int | None = field(default=None, init=False)  # prompts per rollout, per process
+    batch_size: int | None = field(default=None, init=False)  # prompts per rollout, over all processes
+    local_mini_batch_size: int | None = field(default=None, init=False)  # prompts per optimizer step, per process
+    mini_batch_size: int | None = field(default=None, init=False)  # prompts per optimizer step, over all processes
     push_to_hub: bool = field(default=False, metadata={"help": "Whether to push the model to the Hub after training."})
     reward_model_path: str = field(default="EleutherAI/pythia-160m", metadata={"help": "Path to the reward model."})
     model_adapter_name: str | None = field(
@@ -116,8 +114,10 @@ class PPOConfig(TrainingArguments):
 class PPOModelArguments(ModelArguments):
     model_name_or_path: str = field(
         default="HuggingFaceTB/smollm2-135M-SFT-Only",
-        metadata={"aliases": ["--sft_model_path", "--sft-model-path"],
-                  "help": "Policy to train: a Hub id or a local folder (TRL's --sft_model_path works too)."},
+        metadata={"aliases": ["--sft_model_path", "--sft-model-path", "--model_name", "--model-name", "--model_path",
+                              "--model-path"],
+                  "help": "Policy to train: a Hub id or a local folder (TRL's --sft_model_path, --model_name and "
+                  "--model_path work too)."},
     )
 
 
@@ -171,13 +171,20 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
             "such pass holds float32 logits over the whole vocabulary: lower it to save memory (TRL's default: 64)."
         },
     )
-    num_ppo_epochs: int = field(default=4, metadata={"help": "Optimization passes over each batch of rollouts."})
-    kl_coef: float = field(default=0.05, metadata={"help": "(Initial) KL penalty coefficient."})
+    num_ppo_epochs: int = field(
+        default=4, metadata={"aliases": ["--ppo_epochs", "--ppo-epochs"],
+                             "help": "Optimization passes over each batch of rollouts (--ppo_epochs works too)."}
+    )
+    kl_coef: float = field(
+        default=0.05, metadata={"aliases": ["--init_kl_coef", "--init-kl-coef"],
+                                "help": "(Initial) KL penalty coefficient (--init_kl_coef works too)."}
+    )
     target_kl: float | None = field(
         default=None,
         metadata={
+            "aliases": ["--target", "--target"],
             "help": "Adaptive KL: adjust kl_coef so that objective/kl (summed over a completion's tokens) stays near "
-            "this value. None keeps kl_coef fixed."
+            "this value. None keeps kl_coef fixed (--target, the older TRL's name, works too)."
         },
     )
     kl_horizon: int = field(
@@ -185,7 +192,10 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     )
     gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
-    cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy ratio."})
+    cliprange: float = field(
+        default=0.2, metadata={"aliases": ["--clip_range", "--clip-range"],
+                               "help": "Clip range of the policy ratio (--clip_range works too)."}
+    )
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(
@@ -207,14 +217,18 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     )
     max_completion_length: int = field(
         default=256,
-        metadata={"aliases": ["--response_length", "--response-length"],
-                  "help": "Most tokens generated per completion (TRL's --response_length works too)."},
+        metadata={"aliases": ["--response_length", "--response-length", "--max_new_tokens", "--max-new-tokens"],
+                  "help": "Most tokens generated per completion (TRL's --response_length and --max_new_tokens work "
+                  "too)."},
     )
     stop_token: str | None = field(default="eos", metadata={"help": "Completions end at the EOS token."})
     missing_eos_penalty: float | None = field(
         default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before EOS."}
     )
-    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the prompts (unless total_episodes)."})
+    num_train_epochs: float = field(
+        default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
+                               "help": "Passes over the prompts (unless total_episodes; --num_epochs works too)."}
+    )
     num_sample_generations: int = field(
         default=0, metadata={"help": "Print sample completions this many times during training (0: never)."}
     )

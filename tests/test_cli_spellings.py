@@ -1,0 +1,92 @@
+"""Spellings users bring from the seeds (a hand-written GRPO's dash flags, a math GRPO's YAML, an older TRL PPO):
+the same meaning runs as an alias, recorded under this package's name; another meaning is named in the one error line
+with what to write here; settings that would do nothing are said.
+
+Parsing only (`rlhf.cli.parse_args`), in this process: nothing loads or trains.
+"""
+
+import pytest
+
+from rlhf.errors import UserError
+
+
+def grpo(*flags):
+    from config import ModelArguments, PromptDataArguments, RewardArguments
+    from rlhf.cli import parse_args
+    from rlhf.grpo_config import GRPOTrainingConfig
+
+    types = (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig)
+    return parse_args(types, list(map(str, flags)))
+
+
+def ppo(*flags):
+    from config import PromptDataArguments
+    from rlhf.cli import parse_args
+    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
+
+    return parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), list(map(str, flags)))
+
+
+def test_the_seeds_grpo_names_that_mean_the_same_here_are_aliases(tmp_path):
+    model, _, rewards, config = grpo(
+        "--model-name", "my/model", "--num-epochs", "2", "--max-new-tokens", "64", "--kl-coef", "0.1",
+        "--clip-range", "0.3", "--num_return_sequences", "8", "--reward_correct", "2", "--reward_wrong", "-2",
+        "--reward_no_answer", "-1", "--output_dir", tmp_path)
+    assert model.model_name_or_path == "my/model"
+    assert (config.num_train_epochs, config.max_completion_length, config.beta, config.epsilon) == (2, 64, 0.1, 0.3)
+    assert config.num_generations == 8
+    assert rewards.boxed_rewards == (2.0, -2.0, -1.0)
+    assert grpo("--model_path", "a/b", "--group_size", "2", "--output_dir", tmp_path)[0].model_name_or_path == "a/b"
+
+
+def test_the_older_ppo_names_are_aliases(tmp_path):
+    model, _, config = ppo("--model_path", "my/model", "--ppo_epochs", "2", "--init_kl_coef", "0.2", "--target", "6",
+                           "--max_new_tokens", "32", "--clip_range", "0.1", "--output_dir", tmp_path)
+    assert model.model_name_or_path == "my/model"
+    assert (config.num_ppo_epochs, config.kl_coef, config.target_kl, config.cliprange) == (2, 0.2, 6, 0.1)
+    assert config.max_completion_length == config.response_length == 32
+
+
+def test_the_hand_written_grpo_command_line_names_every_flag_it_cannot_take_in_one_line(tmp_path):
+    flags = ["--model-name", "X", "--batch-size", "4", "--num-epochs", "3", "--learning-rate", "1e-6",
+             "--num-generations", "4", "--max-new-tokens", "256", "--kl-coef", "0.1", "--clip-range", "0.2",
+             "--temperature", "0.7", "--gradient-accumulation-steps", "4", "--max-grad-norm", "1.0", "--warmup-steps",
+             "100", "--output-dir", str(tmp_path), "--logging-steps", "10", "--save-steps", "500", "--use-wandb",
+             "--wandb-project", "P", "--wandb-run-name", "R", "--device", "cuda"]
+    with pytest.raises(UserError) as error:
+        grpo(*flags)
+    message = str(error.value)
+    assert message.startswith("unknown flags --batch-size (here: GRPO: --prompts_per_step")
+    for flag, hint in (("--use-wandb", "--report_to wandb"), ("--wandb-project", "WANDB_PROJECT"),
+                       ("--wandb-run-name", "--run_name"), ("--device", "--use_cpu")):
+        assert f"{flag} (here: " in message and hint in message
+    assert "\n" not in message and "did you mean" not in message
+
+
+@pytest.mark.parametrize("name", ["mini_batch_size", "batch_size"])
+def test_a_batch_name_is_never_answered_with_a_flag_that_means_something_else(tmp_path, name):
+    with pytest.raises(UserError) as error:
+        ppo(f"--{name}", "2", "--output_dir", tmp_path)
+    assert "auto_find_batch_size" not in str(error.value) and "(here: " in str(error.value)
+
+
+def test_a_yaml_names_every_unknown_key_in_one_line_and_a_nested_section_says_how_to_write_it(tmp_path):
+    config = tmp_path / "math.yaml"
+    config.write_text("model:\n  path: my/model\nnum_return_sequences: 8\nlerning_rate: 1e-5\nuse_wandb: true\n")
+    with pytest.raises(UserError) as error:
+        grpo("--config", config, "--output_dir", tmp_path)
+    message = str(error.value)
+    assert message.startswith("unknown keys 'model' (here: a nested section is not read: write "
+                              "model_name_or_path: PATH at the top level), 'lerning_rate' (did you mean "
+                              "'learning_rate'?), 'use_wandb' (here: --report_to wandb) in ")
+    assert "num_return_sequences" not in message  # an alias of num_generations
+
+
+def test_lora_settings_without_use_peft_are_said_to_do_nothing(tmp_path, capsys):
+    model = grpo("--lora_r", "16", "--lora_alpha", "32", "--output_dir", tmp_path)[0]
+    assert not model.use_peft
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.count("note: the LoRA settings given (--lora_r, --lora_alpha, ...) do nothing without --use_peft: "
+                       "all weights train; add --use_peft (or use_peft: true) to train a LoRA adapter") == 1
+    grpo("--use_peft", "--lora_r", "16", "--output_dir", tmp_path)
+    assert "LoRA settings" not in capsys.readouterr().out
