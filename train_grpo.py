@@ -34,7 +34,7 @@ from rlhf.models import (
 )
 from rlhf.processes import is_main_process, on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
-from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
+from rlhf.reward_funcs import check_reward_columns, check_reward_funcs, check_reward_weights, load_reward_funcs
 from rlhf.run import start_run
 
 
@@ -51,6 +51,7 @@ def main(model_args, data_args, reward_args, training_args):
         check_model_source(reward_args.reward_model_name_or_path, "reward model", "--reward_model_name_or_path",
                            REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
+    check_reward_funcs(reward_args.reward_funcs)  # a user's module imports, its signature can be called
     check_quantization(model_args)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args.use_cpu))

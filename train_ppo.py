@@ -35,7 +35,7 @@ from rlhf.models import (
 from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 from rlhf.processes import is_main_process
 from rlhf.reward import check_reward_model, check_value_model, ensure_distinct_pad
-from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
+from rlhf.reward_funcs import check_reward_columns, check_reward_funcs, check_reward_weights, load_reward_funcs
 from rlhf.run import start_run
 
 
@@ -55,6 +55,7 @@ def main(model_args, data_args, training_args):
     policy = check_policy(policy_path, "--model_name_or_path", lengths, training_args.trust_remote_code)
     check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
     check_reward_weights(training_args.reward_weights, reward_funcs)
+    check_reward_funcs(reward_funcs)  # a user's module imports, its signature can be called
     if "reward_model" in reward_funcs:
         check_reward_model(reward_path, training_args.trust_remote_code)
     check_value_model(value_path, training_args.trust_remote_code)

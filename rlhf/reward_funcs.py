@@ -78,21 +78,93 @@ def boxed_format(prompts, completions, **kwargs):
     return [float(verifier.final_answer(completion_text(c)) is not None) for c in completions]
 
 
+# The two ways a user's reward function can be written, as an error line shows them.
+SIGNATURES = ("def f(prompts, completions, **kwargs) -> list of floats (TRL's: each dataset column comes as a keyword "
+              "argument)", "def f(samples) -> list or numpy array of floats (samples: one dict per completion, "
+              "{'prompt': text, 'completion': text, column: value, ...})")
+
+
 def import_reward_func(path):
-    """A user function given by dotted import path, e.g. `my_rewards.brevity` (the current folder is searched)."""
+    """A user function given by dotted import path, e.g. `my_rewards.brevity` (the current folder is searched), ready
+    to be called with TRL's arguments: a function of one argument (the batch as a list of dicts, as TRL's GRPO guide
+    writes it) is adapted. A module that does not import, or a signature that cannot work, is a `UserError`."""
     module_name, _, name = path.rpartition(".")
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
-        func = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as error:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not module_name.startswith(error.name):  # a module the user's module imports
+            raise UserError(f"the module of reward function '{path}' does not import: ModuleNotFoundError: {error}; "
+                            "install it, or fix the import, and run again") from None
         raise UserError(
             f"cannot import reward function '{path}' ({error}); give a built-in ({', '.join(BUILTIN)}) or "
             "module.function importable from the current folder"
         ) from None
+    except Exception as error:  # the user's module: a syntax error, or anything its top level raised
+        where = f" ({Path(error.filename).name} line {error.lineno})" if isinstance(error, SyntaxError) else ""
+        raise UserError(f"the module of reward function '{path}' does not import: {type(error).__name__}{where}: "
+                        f"{getattr(error, 'msg', error)}; fix it and run again") from None
+    func = getattr(module, name, None)
+    if func is None:
+        raise UserError(f"cannot import reward function '{path}' (module '{module_name}' has no '{name}'); give a "
+                        f"built-in ({', '.join(BUILTIN)}) or module.function importable from the current folder")
     if not callable(func):
         raise UserError(f"reward function '{path}' is not callable")
-    return func
+    style = _call_style(func)
+    if style is None:
+        raise UserError(f"reward function '{path}' takes {_parameters(func)}, which no reward call can fill; write it "
+                        f"as {SIGNATURES[0]}, or as {SIGNATURES[1]}")
+    return func if style == "trl" else SamplesRewardFunc(func)
+
+
+def _call_style(func):
+    """'trl' (keywords prompts, completions and the columns), 'samples' (one argument: the batch as dicts), or None
+    (neither can call it)."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (some builtins): called as TRL calls it
+        return "trl"
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.KEYWORD_ONLY)]
+        return None if required else "trl"
+    required = [p for p in parameters if p.default is p.empty and p.kind is not p.VAR_POSITIONAL]
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(required) == 1 and positional and required[0] is positional[0]:
+        return "samples"
+    return None  # TRL also passes trainer_state, completion_ids and every column: without **kwargs, it fails
+
+
+def _parameters(func):
+    import inspect
+
+    return f"{func.__name__}{inspect.signature(func)}"
+
+
+class SamplesRewardFunc:
+    """A reward function of one argument, called with the batch as one dict per completion: {'prompt': the prompt's
+    last message, 'completion': the completion's text, and each dataset column's value}."""
+
+    def __init__(self, func):
+        self.func, self.__name__ = func, func.__name__
+
+    def __call__(self, prompts, completions, completion_ids=None, **kwargs):
+        columns = {key: value for key, value in kwargs.items()
+                   if isinstance(value, list) and len(value) == len(completions)}
+        samples = [{"prompt": completion_text(prompt), "completion": completion_text(completion),
+                    **{key: value[i] for key, value in columns.items()}}
+                   for i, (prompt, completion) in enumerate(zip(prompts, completions))]
+        return self.func(samples)
+
+
+def check_reward_funcs(names):
+    """Import each user function of --reward_funcs now (one line for a module that does not import or a signature
+    that cannot work): before the output folder is taken or any model loads."""
+    for name in names:
+        if name not in BUILTIN and "." in name:
+            import_reward_func(name)
 
 
 class CheckedRewardFunc:

@@ -75,6 +75,50 @@ def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_pat
     assert last.startswith("error: reward function 'my_rewards.crashes' raised RuntimeError: no score for ")
 
 
+# TRL's GRPO guide writes a reward function of one argument: the batch as dicts, a numpy array back.
+GUIDE = '''
+import numpy as np
+
+
+def simple_reward(samples):
+    return np.array([len(sample["completion"]) / 100 + (sample["ground_truth"] == "2") for sample in samples])
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_a_function_of_the_batch_as_dicts_returning_a_numpy_array_trains(tiny_models, tmp_path, script):
+    (tmp_path / "guide.py").write_text(GUIDE)
+    result = run_script(script, *math_args(tiny_models, tmp_path, "--reward_funcs", "guide.simple_reward",
+                                           script=script), cwd=tmp_path)
+    assert_ok(result)
+    assert all(value >= 0 for _, value in scalars(tmp_path / "run")["train/rewards/guide.simple_reward/mean"])
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+@pytest.mark.parametrize("code, message", [
+    ("def f(prompts, completions):\n    return [0.0] * len(completions)\n",
+     "reward function 'bad.f' takes f(prompts, completions), which no reward call can fill; write it as def "
+     "f(prompts, completions, **kwargs) -> list of floats"),
+    ("def f(a, b, c=1):\n    return []\n", "reward function 'bad.f' takes f(a, b, c=1), which no reward call"),
+    ("def f(samples)\n    return []\n", "the module of reward function 'bad.f' does not import: SyntaxError (bad.py "
+     "line 1): expected ':'; fix it and run again"),
+    ("import not_installed_anywhere\n", "the module of reward function 'bad.f' does not import: "
+     "ModuleNotFoundError"),
+], ids=["no-kwargs", "two-arguments", "syntax-error", "its-import-fails"])
+def test_a_reward_function_that_cannot_work_is_refused_in_one_line_before_anything_loads(
+        tiny_models, tmp_path, run_cli, monkeypatch, script, code, message):
+    import sys
+
+    (tmp_path / "bad.py").write_text(code)
+    monkeypatch.delitem(sys.modules, "bad", raising=False)  # each case's own module, imported afresh
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = run_cli(script, *math_args(tiny_models, tmp_path, "--reward_funcs", "bad.f", script=script))
+    assert message in error_line(result)
+    assert not (tmp_path / "run").exists()  # refused before the output folder is taken
+
+
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
 def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path, run_cli, script):
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--reward_weights", "1", "2",
