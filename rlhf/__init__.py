@@ -9,6 +9,7 @@ grpo_config   GRPOTrainingConfig: TRL's GRPOConfig with this package's defaults 
 guard         Ctrl-C/SIGTERM (finish the step, save, exit 130) and non-finite values (stop, exit 1)
 health        health checks during training: one line per alarm, health/ scalars
 heldout       held-out evaluation during training: eval/ scalars with intervals, the best checkpoint
+kl_control    the adaptive KL controller (--target_kl) of PPO and GRPO
 lock          one run per output folder (a dead run's lock is taken over)
 metrics       the TensorBoard reader, GRPO/PPO tags onto common columns
 models        tokenizers and policies, LoRA/QLoRA, precision checks

@@ -83,7 +83,7 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
                                "help": "Passes over the prompts (unless --max_steps; --num_epochs works too)."}
     )
     epsilon: float = field(
-        default=0.2, metadata={"aliases": ["--clip_range", "--clip-range", "--cliprange", "--cliprange"],
+        default=0.2, metadata={"aliases": ["--clip_range", "--clip-range", "--cliprange"],
                                "help": "PPO-style clip range of the probability ratio (--clip_range works too)."}
     )
     beta: float = field(
@@ -94,11 +94,25 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
             "`kl` (TRL's own default is 0.0). --kl_coef works too."
         },
     )
+    target_kl: float | None = field(
+        default=None,
+        metadata={"help": "Adaptive KL (ours; TRL's GRPO guide describes it, no TRL release has it): --beta moves so "
+                  "that `kl` (per token, as logged) stays near this value, logged as `beta` at every step. None keeps "
+                  "--beta fixed."},
+    )
+    kl_horizon: int = field(
+        default=10_000, metadata={"help": "Adaptive KL horizon in completions: larger adapts more slowly."}
+    )
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
 
     def __post_init__(self):
         check_sampling(self)
+        if self.target_kl is not None and self.target_kl <= 0:
+            raise ValueError(f"--target_kl must be > 0 (or unset for a fixed --beta), got {self.target_kl}.")
+        if self.target_kl is not None and self.beta == 0:
+            raise ValueError("--target_kl adapts --beta, which is 0 here (no reference model, no KL to measure); "
+                             "give --beta > 0 (e.g. 0.04) or drop --target_kl.")
         if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
             trl_batch = (self.gradient_accumulation_steps, self.generation_batch_size, self.steps_per_generation)
             self.prompts_per_step = 4 if trl_batch == (None, None, None) else 0

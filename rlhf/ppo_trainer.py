@@ -69,6 +69,8 @@ from transformers.utils import is_rich_available
 from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
 from trl.trainer.utils import disable_dropout_in_model, log_table_to_comet_experiment, pad
 
+from rlhf.kl_control import adaptive_kl_coef
+
 INVALID_LOGPROB = 1.0
 VALUE_MODEL_DIR = "value_model"  # in a checkpoint and the output folder: the value model
 PPO_STATE = "ppo_state.json"  # in a checkpoint: the KL coefficient of the next rollout
@@ -139,17 +141,6 @@ def rollout_without_signal(scores):
     """Whether every completion of a rollout (`scores`: all of them, over all processes) scored the same, so that
     their advantages carry no reward signal. A rollout of one completion has nothing to compare: never."""
     return len(scores) > 1 and bool((scores == scores[0]).all())
-
-
-def adaptive_kl_coef(coef, kl, target, n_steps, horizon):
-    """One update of the adaptive KL controller (Ziegler et al. 2019, as in OpenRLHF).
-
-    The coefficient moves toward keeping the measured KL at `target`: up when KL is above it, down when below.
-    The proportional error is clipped to +-0.2, so one update changes the coefficient by at most
-    0.2 * n_steps / horizon (n_steps: episodes in this batch; horizon: episodes over which to adapt).
-    """
-    error = min(max(kl / target - 1.0, -0.2), 0.2)
-    return coef * (1.0 + error * n_steps / horizon)
 
 
 def completion_lengths(completions, stop_token_id):

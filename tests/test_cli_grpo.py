@@ -154,3 +154,34 @@ def test_prompts_left_over_from_whole_generations_are_said_in_one_line(tiny_mode
     assert len(notes) == 1 and "8 prompts of each epoch go unused" in notes[0]
     assert "--prompts_per_generation" in notes[0]
     assert json.loads((out / "run_manifest.json").read_text())["global_step"] == 12
+
+
+def logged_beta(out):
+    return [value for _, value in scalars(out)["train/beta"]]
+
+
+@pytest.mark.slow
+def test_target_kl_moves_beta_toward_the_kl_asked_for_and_a_continued_run_keeps_it(tiny_models, tmp_path):
+    # 4 completions a step, a horizon of 4: each update moves beta by the clipped +-20%. The policy starts at the
+    # reference (kl 0 at step 1: below any target), then moves away from it.
+    fast = ["--target_kl", "1e-9", "--kl_horizon", "4", "--learning_rate", "1e-3", "--save_steps", "2"]
+    out = tmp_path / "above"
+    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "4")))
+    beta = logged_beta(out)
+    assert beta[:2] == pytest.approx([0.04, 0.032])  # logged as the step's own beta, then adapted
+    assert beta[3] > beta[2] > beta[1]  # kl above the target: beta rises
+    assert all(kl > 1e-9 for _, kl in scalars(out)["train/kl"][1:])
+    # Continued to 6 steps: beta goes on from where it stood, not from --beta
+    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "6")))
+    assert logged_beta(out)[4] == pytest.approx(beta[3] * 1.2)
+
+    out = tmp_path / "below"
+    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "4",
+                                                     "--target_kl", "1000")))
+    assert logged_beta(out) == pytest.approx([0.04, 0.032, 0.0256, 0.02048])  # kl below the target: beta falls
+
+
+def test_target_kl_without_a_kl_term_is_refused(tiny_models, tmp_path, run_cli):
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out", "--beta", "0", "--target_kl", "0.1"))
+    assert error_line(result) == ("error: --target_kl adapts --beta, which is 0 here (no reference model, no KL to "
+                                  "measure); give --beta > 0 (e.g. 0.04) or drop --target_kl.")

@@ -8,7 +8,7 @@ import pytest
 
 
 def test_adaptive_kl_moves_toward_the_target():
-    from rlhf.ppo_trainer import adaptive_kl_coef
+    from rlhf.kl_control import adaptive_kl_coef
 
     assert adaptive_kl_coef(0.1, kl=12.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 1.02)
     assert adaptive_kl_coef(0.1, kl=3.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1 * 0.98)

@@ -18,6 +18,7 @@ marks a checkpoint complete), puts them back on resume, and gives the sampler th
 calls before each pass (and a callback, where accelerate's call does not reach it).
 """
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -45,7 +46,30 @@ class ResumableGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.train_sampler = None  # built by train()
+        self._beta_step = 0  # the step at which --target_kl last adapted beta
         self.add_callback(_SamplerPass(self))
+
+    def log(self, logs, *args, **kwargs):
+        """A training step's logs get `beta`, the KL coefficient that step trained with; with `--target_kl`, the
+        coefficient then adapts to the step's `kl` (`rlhf.kl_control`), in every process alike (TRL's `kl` is
+        averaged over all processes).
+
+        TRL's GRPOTrainer keeps the step's KL in `_metrics["train"]["kl"]` (one value per pass since the last log,
+        averaged into `logs` by its own `log`) and reads `self.beta` at each loss (trl/trainer/grpo_trainer.py 1.16.0:
+        983, 3150, 3268, 3302)."""
+        kl = [value for value in self._metrics["train"].get("kl", []) if not math.isnan(value)]
+        training = self.model.training and kl
+        if training:
+            logs["beta"] = self.beta
+        super().log(logs, *args, **kwargs)
+        if training and self.args.target_kl:
+            from rlhf.kl_control import adaptive_kl_coef
+
+            steps, self._beta_step = self.state.global_step - self._beta_step, self.state.global_step
+            per_step = (self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
+                        * self.accelerator.num_processes)  # completions per optimizer step
+            self.beta = adaptive_kl_coef(self.beta, sum(kl) / len(kl), self.args.target_kl, steps * per_step,
+                                         self.args.kl_horizon)
 
     def _save_checkpoint(self, model, trial):
         """Each process saves its own buffer first: transformers writes trainer_state.json last."""
@@ -53,7 +77,7 @@ class ResumableGRPOTrainer(GRPOTrainer):
 
         checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         checkpoint.mkdir(parents=True, exist_ok=True)
-        state = {"step": self._step, "buffered_inputs": self._buffered_inputs}
+        state = {"step": self._step, "buffered_inputs": self._buffered_inputs, "beta": self.beta}
         torch.save(state, checkpoint / generation_state_file(self.args.process_index))
         super()._save_checkpoint(model, trial)
 
@@ -78,6 +102,8 @@ class ResumableGRPOTrainer(GRPOTrainer):
         state = torch.load(path, map_location="cpu", weights_only=True)
         self._step = state["step"]
         self._buffered_inputs = send_to_device(state["buffered_inputs"], self.accelerator.device)
+        self.beta = state.get("beta", self.beta)  # adapted by --target_kl (not in checkpoints of earlier versions)
+        self._beta_step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
 
     def _get_train_sampler(self, dataset=None):
         self.train_sampler = EpochRepeatSampler(super()._get_train_sampler(dataset))
