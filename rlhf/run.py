@@ -506,7 +506,22 @@ def start_run(script, configs):
     way out (done, refused, interrupted, NaN), and so does interpreter exit for any other caller."""
     training = configs[-1]
     launch = prepare_output_dir(training.output_dir, configs, training.resume_from_checkpoint)
+    if launch.checkpoint is None:
+        _note_checkpoint_as_model(getattr(configs[0], "model_name_or_path", None), training.output_dir)
     return TrainingRun(script, tuple(configs), training.output_dir, launch)
+
+
+def _note_checkpoint_as_model(model, output_dir):
+    """Say what a run's checkpoint given as the model does: a new run from its weights (a fresh optimizer and
+    schedule, from step 0), not a continuation of that run, and how to get the other."""
+    path = Path(model).expanduser() if model else None
+    if path is None or not _is_complete(path) or not is_main_process():
+        return
+    step = json.loads((path / "trainer_state.json").read_text(encoding="utf-8")).get("global_step")
+    print(f"note: {model} is step {step} of the run in {path.parent}: this starts a new run in {output_dir} from its "
+          "weights, with a fresh optimizer and schedule from step 0; to continue that run instead (its optimizer, "
+          f"schedule and step), run its command again with --output_dir {path.parent}, or add "
+          f"--resume_from_checkpoint {model}", flush=True)
 
 
 @dataclasses.dataclass

@@ -382,3 +382,24 @@ def test_a_bug_in_a_multi_process_run_keeps_its_traceback(monkeypatch):
 
     with pytest.raises(RuntimeError, match="a bug"):
         main()
+
+
+@dataclass
+class ModelFrom:
+    model_name_or_path: str
+
+
+def test_a_checkpoint_given_as_the_model_says_it_starts_a_new_run_and_how_to_continue_that_one(tmp_path, capsys):
+    old = tmp_path / "old"
+    record_launch(old, "train_grpo.py", [Settings()])
+    checkpoint = make_checkpoint(old, 4)
+    start_run("train_grpo.py", [ModelFrom(str(checkpoint)), Training(str(tmp_path / "new"))])
+    release_locks()
+    said = capsys.readouterr().out
+    assert said == (f"note: {checkpoint} is step 4 of the run in {old}: this starts a new run in {tmp_path / 'new'} "
+                    "from its weights, with a fresh optimizer and schedule from step 0; to continue that run instead "
+                    f"(its optimizer, schedule and step), run its command again with --output_dir {old}, or add "
+                    f"--resume_from_checkpoint {checkpoint}\n")
+    start_run("train_grpo.py", [ModelFrom(str(old)), Training(str(tmp_path / "other"))])  # a final model: no note
+    release_locks()
+    assert capsys.readouterr().out == ""
