@@ -26,6 +26,7 @@ from rlhf.models import (
     check_policy,
     check_precision,
     check_quantization,
+    fit_prompt_length,
     load_tokenizer,
     peft_config,
     reward_model_dtype,
@@ -42,6 +43,8 @@ def main(model_args, data_args, reward_args, training_args):
     configs = (model_args, data_args, reward_args, training_args)
     # Checks that cost nothing come before any weights are loaded or any folder is created.
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
+    fit_prompt_length(model_args.model_name_or_path, data_args, training_args.max_completion_length,
+                      training_args.trust_remote_code)
     lengths = {"--max_prompt_length": data_args.max_prompt_length,
                "--max_completion_length": training_args.max_completion_length}
     policy = check_policy(model_args.model_name_or_path, "--model_name_or_path", lengths,

@@ -29,6 +29,7 @@ from rlhf.models import (
     check_policy,
     check_precision,
     check_quantization,
+    fit_prompt_length,
     load_tokenizer,
     peft_config,
 )
@@ -50,6 +51,7 @@ def main(model_args, data_args, training_args):
     value_path = value_model_source(training_args, policy_path)
     reward_funcs = training_args.reward_funcs
     check_model_source(policy_path, "model", "--model_name_or_path")
+    fit_prompt_length(policy_path, data_args, training_args.max_completion_length, training_args.trust_remote_code)
     lengths = {"--max_prompt_length": data_args.max_prompt_length,
                "--max_completion_length": training_args.max_completion_length}
     policy = check_policy(policy_path, "--model_name_or_path", lengths, training_args.trust_remote_code)

@@ -113,7 +113,10 @@ class Parser:
             configs = self.parser.parse_args_into_dataclasses(args)
         except ValueError as error:  # raised by HfArgumentParser and by the configs' __post_init__ checks
             raise UserError(str(error).splitlines()[0]) from None
-        _print_notes(configs, {*config, *self._given_flags(args)})
+        given = {*config, *self._given_flags(args)}
+        _print_notes(configs, given)
+        for parsed in configs:  # what the user gave (a flag or a YAML key), for checks that fit only defaults
+            parsed.__dict__["_given"] = frozenset(given)
         return configs
 
     def _given_flags(self, args):

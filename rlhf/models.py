@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlhf.data import did_you_mean_path, looks_like_local_path
 from rlhf.errors import UserError, first_line
-from rlhf.processes import cuda_available, launched_zero_stage, main_process_first
+from rlhf.processes import cuda_available, is_main_process, launched_zero_stage, main_process_first
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]  # the attention projections of Llama-like models
@@ -248,6 +248,25 @@ def trainable_model_path(name_or_path, output_dir, trust_remote_code=False):
             tokenizer.save_pretrained(partial)
             partial.replace(target)
     return target
+
+
+def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_code=False):
+    """Lower a default --max_prompt_length that the model's context cannot hold beside --max_completion_length to
+    what fits, in one `note:` line (the data's prompts are then judged by it: longer ones are dropped and counted when
+    the data loads). A value the user gave is left as it is, for `check_policy` to refuse."""
+    if "max_prompt_length" in vars(data_args).get("_given", ()):
+        return
+    config = model_config(name_or_path, trust_remote_code)
+    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if not isinstance(context, int) or data_args.max_prompt_length + completion_length <= context:
+        return
+    fitted = context - completion_length
+    if fitted < 1:
+        return  # the completions alone overflow it: check_policy refuses, naming them
+    old, data_args.max_prompt_length = data_args.max_prompt_length, fitted
+    if is_main_process():
+        print(f"note: --max_prompt_length {old} -> {fitted} ({name_or_path} has {context} positions, and "
+              f"--max_completion_length {completion_length} of them go to the completion)", flush=True)
 
 
 def check_policy(name_or_path, flag, lengths, trust_remote_code=False):

@@ -199,7 +199,8 @@ def test_a_causal_lm_given_as_the_ppo_reward_model_is_refused_before_the_run_sta
 @pytest.mark.parametrize("script, flags, message", [
     ("train_grpo.py", ["--max_prompt_length", "20000"],
      "--max_prompt_length 20000 + --max_completion_length 8 = 2000"),
-    ("train_ppo.py", ["--max_completion_length", "1020"], "--max_prompt_length 512 + --max_completion_length 1020"),
+    ("train_ppo.py", ["--max_prompt_length", "512", "--max_completion_length", "1020"],
+     "--max_prompt_length 512 + --max_completion_length 1020"),
     ("evaluate_generations.py", ["--max_new_tokens", "600"], "--max_prompt_length 512 + --max_new_tokens 600 = 1112"),
 ])
 def test_lengths_beyond_the_models_context_are_refused(tiny_models, tmp_path, run_cli, script, flags, message):
@@ -210,6 +211,35 @@ def test_lengths_beyond_the_models_context_are_refused(tiny_models, tmp_path, ru
     line = error_line(run_cli(script, *args))
     assert message in line and "more than the 1024 positions of" in line
     assert not (tmp_path / "out").exists()
+
+
+def short_context_policy(tiny_models, folder, positions=256):
+    """The tiny policy, told it has `positions` positions (max_position_embeddings in its config.json)."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_models["policy"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": positions}))
+    return folder
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_a_default_prompt_length_the_model_cannot_hold_is_fitted_and_one_given_is_refused(tiny_models, tmp_path,
+                                                                                          run_cli, script):
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args}[script]
+    policy = short_context_policy(tiny_models, tmp_path / "short")
+    length = ["--max_steps", "1"] if script == "train_grpo.py" else ["--total_episodes", "2"]
+    # PPO scores with the reward model: it must share the policy's tokenizer, which the copy does
+    result = run_cli(script, *build(tiny_models, tmp_path / "fitted", *length), "--model_name_or_path", policy)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (f"note: --max_prompt_length 512 -> 248 ({policy} has 256 positions, and --max_completion_length 8 of them "
+            "go to the completion)") in result.stdout
+    manifest = __import__("json").loads((tmp_path / "fitted" / "run_manifest.json").read_text())
+    assert manifest["config"]["PromptDataArguments"]["max_prompt_length"] == 248  # what trained
+    result = run_cli(script, *build(tiny_models, tmp_path / "given", *length), "--model_name_or_path", policy,
+                     "--max_prompt_length", "512")
+    assert "--max_prompt_length 512 + --max_completion_length 8 = 520 tokens, more than the 256" in error_line(result)
 
 
 def _adapter(tiny_models, folder, base):
