@@ -286,12 +286,24 @@ def cli(args=None):
     summarize(out, args, evaluation, timings, trained)
 
 
+def next_command(out, task):
+    """What to run after the quickstart: a run of one's own on the same task (docs/training.md, docs/rewards.md)."""
+    if task == "math":
+        return (f"python train_grpo.py --dataset_name {MATH_TRAIN.relative_to(ROOT)} --reward_funcs boxed_answer "
+                "boxed_format --output_dir grpo_math (flags: docs/training.md; rewards: docs/rewards.md)")
+    return (f"python train_grpo.py --reward_model_name_or_path {out / 'reward_model'} --output_dir grpo_run (flags: "
+            "docs/training.md; the curves: python plot_training_progress.py)")
+
+
 def summarize(out, args, evaluation, timings, trained):
     """Print the result and write it to quickstart_summary.json."""
     from rlhf.evaluation import gain_interval, win_interval
 
     report = json.loads(evaluation.read_text())
     lines, summary = ["", "=== summary ==="], {"task": args.task, "seed": args.seed, "timings_s": timings}
+    if args.tiny:
+        lines.append("(tiny random models: they write noise, so these figures mean nothing and cut-off alarms are "
+                     "expected; this run checks the wiring)")
     if args.task == "rm":
         accuracy = json.loads((out / "reward_model" / "reward_accuracy.json").read_text())
         summary["reward_accuracy"] = accuracy
@@ -322,6 +334,7 @@ def summarize(out, args, evaluation, timings, trained):
         lines += [f"{folder.name:>24} health: {alarm}" for alarm in alarms]
     lines.append("stage times (s): " + ", ".join(f"{name} {seconds}" for name, seconds in timings.items()))
     lines.append(f"files: {out} (models, {evaluation.name}, training_progress.png, training_metrics.csv)")
+    lines.append(f"next: {next_command(out, args.task)}")
     print("\n".join(lines))
     summary.update(models={m["model_path"]: m["summary"] for m in report["models"]}, comparison=report["comparison"])
     (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2) + "\n")

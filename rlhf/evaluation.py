@@ -251,17 +251,18 @@ def gain_interval(low, high, separator=", "):
 def format_table(results, comparison):
     """The terminal summary of an evaluation: one line per model, then the verifier's figures when it scored."""
     wins = [None, *comparison]  # by position: the same model may be given twice (a check that it ties)
-    lines = [f"\n{'model':<40} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  "
+    width = max([len("model"), *(len(r["model_path"]) for r in results)])  # whole names: their ends differ
+    lines = [f"\n{'model':<{width}} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  "
              "win rate vs baseline"]
     for r, c in zip(results, wins):
         s = r["summary"]
         corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
         win = "(baseline)" if c is None else (
             f"{c['win_rate']:.2f} [{win_interval(c['ci_low'], c['ci_high'])}]  Δreward {c['mean_reward_delta']:+.3f}")
-        lines.append(f"{r['model_path'][-40:]:<40} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
+        lines.append(f"{r['model_path']:<{width}} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
                      f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
     if results and "verifier_accuracy" in results[0]["summary"]:
-        lines.append(f"\n{'model':<40} {'boxed':>6} {'accuracy [95% CI]':>20} {'timeouts':>9}  "
+        lines.append(f"\n{'model':<{width}} {'boxed':>6} {'accuracy [95% CI]':>20} {'timeouts':>9}  "
                      "accuracy gain vs baseline")
         for r, c in zip(results, wins):
             s = r["summary"]
@@ -270,7 +271,7 @@ def format_table(results, comparison):
                 f"[{gain_interval(c['accuracy_delta_ci_low'], c['accuracy_delta_ci_high'])}]")
             accuracy = (f"{s['verifier_accuracy']:.1%} [{s['verifier_accuracy_ci_low']:.0%}, "
                         f"{s['verifier_accuracy_ci_high']:.0%}]")
-            lines.append(f"{r['model_path'][-40:]:<40} {s['format_rate']:>6.0%} {accuracy:>20} "
+            lines.append(f"{r['model_path']:<{width}} {s['format_rate']:>6.0%} {accuracy:>20} "
                          f"{s['verifier_timeouts']:>9}  {gain}")
     return "\n".join(lines)
 

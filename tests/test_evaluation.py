@@ -191,7 +191,7 @@ def test_evaluating_the_same_model_twice_is_a_tie(tiny_models, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (comparison,) = json.loads(out.read_text())["comparison"]
     assert comparison["win_rate"] == 0.5 and comparison["mean_reward_delta"] == 0  # same prompts, same seeds
-    name = str(tiny_models["policy"])[-40:]
+    name = str(tiny_models["policy"])  # whole, as the table prints it
     baseline_row, other_row = [line for line in result.stdout.splitlines() if line.startswith(name)]
     assert baseline_row.endswith("(baseline)") and "0.50" in other_row
 
@@ -202,6 +202,15 @@ def test_table_marks_the_baseline_by_position_when_a_model_is_given_twice():
     comparison = [{"model_path": "m", "win_rate": 0.5, "ci_low": 0.5, "ci_high": 0.5, "mean_reward_delta": 0.0}]
     lines = format_table([{"model_path": "m", "summary": summary}] * 2, comparison).splitlines()
     assert lines[-2].endswith("(baseline)") and lines[-1].endswith("0.50 [0.50, 0.50]  Δreward +0.000")
+
+
+def test_table_prints_whole_model_names_whose_ends_alone_would_look_alike():
+    summary = {"mean_reward": 0.0, "std_reward": 0.0, "eos_rate": 1.0, "mean_length": 3.0,
+               "reward_length_correlation": None}
+    paths = ["runs/seed1/" + "x" * 40 + "/checkpoint-50", "runs/seed2/" + "x" * 40 + "/checkpoint-50"]
+    comparison = [{"model_path": paths[1], "win_rate": 0.5, "ci_low": 0.5, "ci_high": 0.5, "mean_reward_delta": 0.0}]
+    lines = format_table([{"model_path": path, "summary": summary} for path in paths], comparison).splitlines()
+    assert lines[-2].startswith(paths[0] + " ") and lines[-1].startswith(paths[1] + " ")
 
 
 def test_an_existing_file_is_replaced_only_when_it_is_an_earlier_report(tiny_models, tmp_path, run_cli):

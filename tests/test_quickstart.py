@@ -20,6 +20,13 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert [path.name for path in (tmp_path / "quickstart_output").iterdir()] == [out.name]
     for stage in ("reward model", "GRPO", "PPO", "evaluation", "plots", "summary"):
         assert f"=== {stage} ===" in result.stdout
+    # It says what tiny models give, prints whole model names, and ends with what to run next.
+    assert "(tiny random models: they write noise, so these figures mean nothing and cut-off alarms are expected" in (
+        result.stdout)
+    assert f"\n{out / 'grpo'} " in result.stdout and f"\n{out / 'ppo'} " in result.stdout  # the evaluation table
+    assert result.stdout.rstrip().splitlines()[-1] == (
+        f"next: python train_grpo.py --reward_model_name_or_path {out / 'reward_model'} --output_dir grpo_run "
+        "(flags: docs/training.md; the curves: python plot_training_progress.py)")
     summary = json.loads((out / "quickstart_summary.json").read_text())
     assert (summary["task"], summary["seed"]) == ("rm", 42)
     assert [c["model_path"] for c in summary["comparison"]] == [str(out / "grpo"), str(out / "ppo")]
