@@ -127,9 +127,8 @@ def _call_style(func):
         parameters = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):  # no signature to read (some builtins): called as TRL calls it
         return "trl"
-    if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.KEYWORD_ONLY)]
-        return None if required else "trl"
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):  # TRL passes everything by keyword (columns included)
+        return None if any(p.default is p.empty and p.kind is p.POSITIONAL_ONLY for p in parameters) else "trl"
     required = [p for p in parameters if p.default is p.empty and p.kind is not p.VAR_POSITIONAL]
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(required) == 1 and positional and required[0] is positional[0]:

@@ -54,3 +54,22 @@ def test_a_reward_function_may_return_bools_or_numpy_numbers():
 
     func = CheckedRewardFunc(lambda prompts, completions, **kwargs: numpy.array([True, False]), "flags")
     assert func(prompts=["a", "b"], completions=["x", "y"]) == [1.0, 0.0]
+
+
+def test_a_reward_function_is_called_as_trl_calls_it_or_with_the_batch_as_dicts_or_refused():
+    from rlhf.reward_funcs import SamplesRewardFunc, _call_style
+
+    def trl_style(prompts, completions, **kwargs): ...
+    def a_column_by_keyword(completions, *, ground_truth, **kwargs): ...
+    def samples_style(samples): ...
+    def no_kwargs(prompts, completions): ...  # TRL also passes trainer_state and every column
+    def positional_only(x, /, **kwargs): ...
+
+    assert [_call_style(f) for f in (trl_style, a_column_by_keyword, samples_style, no_kwargs, positional_only)] == [
+        "trl", "trl", "samples", None, None]
+    seen = []
+    adapted = SamplesRewardFunc(lambda samples: seen.extend(samples) or [1.0] * len(samples))
+    adapted(prompts=[[{"role": "user", "content": "What is 1 + 1?"}]],
+            completions=[[{"role": "assistant", "content": "\\boxed{2}"}]], completion_ids=[[5, 6]],
+            ground_truth=["2"], trainer_state=None)
+    assert seen == [{"prompt": "What is 1 + 1?", "completion": "\\boxed{2}", "ground_truth": "2"}]
