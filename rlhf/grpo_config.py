@@ -6,7 +6,15 @@ finds the class here, as rlhf.grpo_config.GRPOTrainingConfig.
 
 from dataclasses import dataclass, field
 
-from config import GPU_PROMPTS_PER_GENERATION, HeldOutArguments, RunDefaults, at_least, change, check_sampling
+from config import (
+    GPU_PROMPTS_PER_GENERATION,
+    HeldOutArguments,
+    RunDefaults,
+    at_least,
+    change,
+    check_sampling,
+    note,
+)
 from rlhf.processes import launched_processes, on_gpu
 from rlhf.trl_compat import GRPOConfig
 
@@ -116,6 +124,16 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
             trl_batch = (self.gradient_accumulation_steps, self.generation_batch_size, self.steps_per_generation)
             self.prompts_per_step = 4 if trl_batch == (None, None, None) else 0
+            if self.gradient_accumulation_steps and self.per_device_train_batch_size:
+                # said always: a flag that elsewhere multiplies prompts multiplies completions here
+                completions = (self.per_device_train_batch_size * self.gradient_accumulation_steps
+                               * launched_processes())
+                note(self, "gradient_accumulation_steps", f"note: --gradient_accumulation_steps "
+                     f"{self.gradient_accumulation_steps} sets TRL's batch, counted in completions: "
+                     f"--per_device_train_batch_size {self.per_device_train_batch_size} x "
+                     f"{self.gradient_accumulation_steps} = {completions} completions per optimizer step, "
+                     f"{completions / self.num_generations:g} prompts x {self.num_generations} completions "
+                     "(--prompts_per_step N counts prompts instead)", always=True)
         if self.prompts_per_step < 0:
             raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
         at_least(self, 2, "num_generations")  # GRPO's advantage compares completions of one prompt

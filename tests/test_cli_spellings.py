@@ -90,3 +90,11 @@ def test_lora_settings_without_use_peft_are_said_to_do_nothing(tmp_path, capsys)
                        "all weights train; add --use_peft (or use_peft: true) to train a LoRA adapter") == 1
     grpo("--use_peft", "--lora_r", "16", "--output_dir", tmp_path)
     assert "LoRA settings" not in capsys.readouterr().out
+
+
+def test_gradient_accumulation_given_to_grpo_says_it_counts_completions(tmp_path, capsys):
+    config = grpo("--gradient-accumulation-steps", "4", "--num-generations", "4", "--output_dir", tmp_path)[-1]
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (16, 4)
+    assert ("note: --gradient_accumulation_steps 4 sets TRL's batch, counted in completions: "
+            "--per_device_train_batch_size 16 x 4 = 64 completions per optimizer step, 16 prompts x 4 completions "
+            "(--prompts_per_step N counts prompts instead)") in capsys.readouterr().out.splitlines()
