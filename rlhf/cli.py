@@ -95,7 +95,7 @@ class Parser:
                       for action in self.parser._actions for option in action.option_strings if option != "-h"}
 
     def parse(self, args):
-        args = list(args)
+        args, translated = _translate_flags(list(args), self.known)
         config = {}
         for i, arg in enumerate(args):
             if arg == "--config" or arg.startswith("--config="):
@@ -114,6 +114,8 @@ class Parser:
         except ValueError as error:  # raised by HfArgumentParser and by the configs' __post_init__ checks
             raise UserError(str(error).splitlines()[0]) from None
         given = {*config, *self._given_flags(args)}
+        if translated and is_main_process():  # once the flags parsed: a refused launch says its error alone
+            print("\n".join(translated), flush=True)
         _print_notes(configs, given)
         for parsed in configs:  # what the user gave (a flag or a YAML key), for checks that fit only defaults
             parsed.__dict__["_given"] = frozenset(given)
@@ -312,6 +314,57 @@ def _listed(config, parser):
     listed = {action.dest for action in parser._actions if action.nargs in ("+", "*")}
     return {dest: [value] if dest in listed and value is not None and not isinstance(value, list) else value
             for dest, value in config.items()}
+
+
+# Flags of the seeds' hand-written GRPO that this package spells otherwise, run as written: each becomes the flags (or
+# the environment variable) that mean it here, said in one `note:` line. {name: (takes a value, translate)}, where
+# translate(value) gives the flags that replace it, and sets what else it means.
+def _device(value):
+    if value not in ("cpu", "cuda"):
+        raise UserError(f"--device {value}: give cpu (the same as --use_cpu) or cuda (the GPU, used where there is "
+                        "one)")
+    return ["--use_cpu"] if value == "cpu" else []
+
+
+def _wandb_project(value):
+    os.environ["WANDB_PROJECT"] = value
+    return []
+
+
+TRANSLATED_FLAGS = {
+    "device": (True, _device),
+    "use_wandb": (False, lambda value: ["--report_to", "wandb"] if value != "false" else []),
+    "wandb_project": (True, _wandb_project),
+    "wandb_run_name": (True, lambda value: ["--run_name", value]),
+}
+TRANSLATED_TO = {"device": "use_cpu", "use_wandb": "report_to", "wandb_project": "report_to",
+                 "wandb_run_name": "run_name"}
+
+
+def _translate_flags(args, known):
+    """`args` with the seeds' flags of `TRANSLATED_FLAGS` replaced by this package's, and a note line for each (a
+    script without the flags they mean keeps them, to be refused as unknown with a hint)."""
+    out, notes, i = [], [], 0
+    while i < len(args):
+        arg = args[i]
+        name, has_value, value = arg[2:].partition("=")[0].replace("-", "_"), "=" in arg, arg.partition("=")[2]
+        if not arg.startswith("--") or name not in TRANSLATED_FLAGS or TRANSLATED_TO[name] not in known:
+            out.append(arg)
+            i += 1
+            continue
+        takes_value, translate = TRANSLATED_FLAGS[name]
+        if not has_value and (takes_value or (i + 1 < len(args) and args[i + 1] in ("true", "false"))):
+            if i + 1 >= len(args):
+                raise UserError(f"{arg} needs a value; see --help")
+            value, i = args[i + 1], i + 1
+        replaced = translate(value)
+        given = f"{arg.partition('=')[0]} {value}".rstrip()
+        meaning = " ".join(replaced) if replaced else (f"WANDB_PROJECT={value}" if name == "wandb_project" else
+                                                       "nothing to set: the GPU is used where there is one")
+        notes.append(f"note: {given} -> {meaning} (this package's spelling)")
+        out += replaced
+        i += 1
+    return out, notes
 
 
 def _check_flags(args, known):
