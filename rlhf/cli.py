@@ -317,28 +317,32 @@ def _listed(config, parser):
 
 
 # Flags of the seeds' hand-written GRPO that this package spells otherwise, run as written: each becomes the flags (or
-# the environment variable) that mean it here, said in one `note:` line. {name: (takes a value, translate)}, where
-# translate(value) gives the flags that replace it, and sets what else it means.
+# the environment variable) that mean it here, said in one `note:` line. {name: (takes a value, the flag it needs the
+# script to have, translate)}, where translate(value) gives the flags that replace it and what it became, in words.
 def _device(value):
     if value not in ("cpu", "cuda"):
         raise UserError(f"--device {value}: give cpu (the same as --use_cpu) or cuda (the GPU, used where there is "
                         "one)")
-    return ["--use_cpu"] if value == "cpu" else []
+    if value == "cpu":
+        return ["--use_cpu"], "--use_cpu"
+    return [], "nothing to set: the GPU is used where there is one"
 
 
 def _wandb_project(value):
     os.environ["WANDB_PROJECT"] = value
-    return []
+    return [], f"WANDB_PROJECT={value}"
+
+
+def _flags(*flags):
+    return list(flags), " ".join(flags)
 
 
 TRANSLATED_FLAGS = {
-    "device": (True, _device),
-    "use_wandb": (False, lambda value: ["--report_to", "wandb"] if value != "false" else []),
-    "wandb_project": (True, _wandb_project),
-    "wandb_run_name": (True, lambda value: ["--run_name", value]),
+    "device": (True, "use_cpu", _device),
+    "use_wandb": (False, "report_to", lambda value: _flags("--report_to", "wandb") if value != "false" else _flags()),
+    "wandb_project": (True, "report_to", _wandb_project),
+    "wandb_run_name": (True, "run_name", lambda value: _flags("--run_name", value)),
 }
-TRANSLATED_TO = {"device": "use_cpu", "use_wandb": "report_to", "wandb_project": "report_to",
-                 "wandb_run_name": "run_name"}
 
 
 def _translate_flags(args, known):
@@ -348,20 +352,17 @@ def _translate_flags(args, known):
     while i < len(args):
         arg = args[i]
         name, has_value, value = arg[2:].partition("=")[0].replace("-", "_"), "=" in arg, arg.partition("=")[2]
-        if not arg.startswith("--") or name not in TRANSLATED_FLAGS or TRANSLATED_TO[name] not in known:
+        if not arg.startswith("--") or name not in TRANSLATED_FLAGS or TRANSLATED_FLAGS[name][1] not in known:
             out.append(arg)
             i += 1
             continue
-        takes_value, translate = TRANSLATED_FLAGS[name]
+        takes_value, _, translate = TRANSLATED_FLAGS[name]
         if not has_value and (takes_value or (i + 1 < len(args) and args[i + 1] in ("true", "false"))):
             if i + 1 >= len(args):
                 raise UserError(f"{arg} needs a value; see --help")
             value, i = args[i + 1], i + 1
-        replaced = translate(value)
-        given = f"{arg.partition('=')[0]} {value}".rstrip()
-        meaning = " ".join(replaced) if replaced else (f"WANDB_PROJECT={value}" if name == "wandb_project" else
-                                                       "nothing to set: the GPU is used where there is one")
-        notes.append(f"note: {given} -> {meaning} (this package's spelling)")
+        replaced, meaning = translate(value)
+        notes.append(f"note: {arg.partition('=')[0]} {value}".rstrip() + f" -> {meaning} (this package's spelling)")
         out += replaced
         i += 1
     return out, notes

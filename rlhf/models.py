@@ -250,14 +250,18 @@ def trainable_model_path(name_or_path, output_dir, trust_remote_code=False):
     return target
 
 
+def model_context(config):
+    """How many positions a model's config says it holds (None where it does not say)."""
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
 def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_code=False):
     """Lower a default --max_prompt_length that the model's context cannot hold beside --max_completion_length to
     what fits, in one `note:` line (the data's prompts are then judged by it: longer ones are dropped and counted when
     the data loads). A value the user gave is left as it is, for `check_policy` to refuse."""
     if "max_prompt_length" in vars(data_args).get("_given", ()):
         return
-    config = model_config(name_or_path, trust_remote_code)
-    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    context = model_context(model_config(name_or_path, trust_remote_code))
     if not isinstance(context, int) or data_args.max_prompt_length + completion_length <= context:
         return
     fitted = context - completion_length
@@ -284,7 +288,7 @@ def check_policy(name_or_path, flag, lengths, trust_remote_code=False):
             f"{flag} {name_or_path} is a sequence classifier (a reward model), not a causal LM that writes text; pass "
             "the policy (an instruction-tuned causal LM) there, and the reward model as --reward_model_name_or_path"
         )
-    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    context = model_context(config)
     total = sum(lengths.values())
     if isinstance(context, int) and total > context:
         asked = " + ".join(f"{name} {tokens}" for name, tokens in lengths.items())

@@ -233,13 +233,6 @@ def batch_generation(model, queries, local_rollout_forward_batch_size, pad_token
     return padded_query_responses, padded_logitss
 
 
-def exact_div(a, b, custom_error_message=""):
-    q = a // b
-    if a != q * b:
-        raise ValueError(f"{custom_error_message}, inexact division: {a} / {b} = {a / b}")
-    return q
-
-
 def peft_module_casting_to_bf16(model):
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.LayerNorm) or "norm" in name:
