@@ -25,7 +25,8 @@ CUT_OFF_FALL = 0.1
 # No learning signal: share of GRPO groups whose completions all got the same reward (`frac_reward_zero_std`): their
 # advantage is 0, so they teach nothing. Measured (4 groups of 8 a step): 0.00-1.00 per log, 1.0 once (step 6),
 # never 2 logs in a row above 0.5. With 4 groups the fraction moves in quarters: hence ZERO_STD_WINDOW logs.
-# PPO has no groups: the same alarm when every reward function's std is 0 in each of ZERO_STD_WINDOW rollouts.
+# PPO has no groups: the same alarm when every completion of a rollout (every process's) scored the same, the
+# condition that zeroes its advantages (`objective/rollout_without_signal`), in each of ZERO_STD_WINDOW rollouts.
 # Replayed on 7 math/reward-model PPO runs (docs/results.md): only the one that boxed nothing for 5
 # rollouts raises it; seed 1's shipped run (std 0 at rollouts 1, 2 and 4; at 1 and 6 before such rollouts got
 # advantages of 0) does not.
@@ -156,8 +157,7 @@ class HealthMonitor:
                 if key.startswith("rewards/") and key.endswith("/std") and isinstance(value, (int, float))}
         for key, value in stds.items():
             add(key, value)
-        if stds and self.flags.get("kind") == "ppo":  # did every function give every completion the same score?
-            add("rollout_reward_constant", float(all(abs(std) < 1e-8 for std in stds.values())))
+        add("objective/rollout_without_signal", logs.get("objective/rollout_without_signal"))  # PPO's
         new_kl = add("kl_per_token", _per_token(logs, "kl"))
         new_entropy = add("entropy_per_token", _per_token(logs, "entropy"))
         fresh = []
@@ -167,6 +167,15 @@ class HealthMonitor:
                 self.alarms.append(alarm)
                 fresh.append(alarm)
         return fresh
+
+    def replay(self, log_history):
+        """Take the logs of the run before this launch (a resumed run's checkpoint) without raising anything, so that
+        the series cover the whole run as an uninterrupted run's do: a check over "every log since the run began" or
+        over the last logs then judges the run, not this launch alone."""
+        raised, alarms = set(self.raised), list(self.alarms)
+        for entry in log_history:
+            self.observe(entry, entry.get("step", 0))
+        self.raised, self.alarms = raised, alarms
 
     def _check(self, step, new_kl, new_entropy):
         s, flags = self.series, self.flags
@@ -187,12 +196,12 @@ class HealthMonitor:
                 f"in {zero[-1]:.0%} of groups every completion got the same reward, so their advantage is 0 and "
                 "they teach nothing", logs=ZERO_STD_WINDOW,
             )
-        if sustained(s.get("rollout_reward_constant", []), 0.5, ZERO_STD_WINDOW):  # PPO's (GRPO has groups)
+        if sustained(s.get("objective/rollout_without_signal", []), 0.5, ZERO_STD_WINDOW):  # PPO's: no groups
             yield self._alarm(
-                "no_learning_signal", "rewards/*/std", 0.0, 0.0, step,
+                "no_learning_signal", "objective/rollout_without_signal", 1.0, 1.0, step,
                 "use a reward that varies across completions (--reward_funcs), or more --prompts_per_rollout or a "
                 "higher --temperature",
-                "in each rollout every completion got the same reward, so the reward gives no advantage",
+                "in each rollout every completion got the same score, so the rollout gives no advantage",
                 comparison="==", logs=ZERO_STD_WINDOW,
             )
         for key, values in s.items():

@@ -110,22 +110,6 @@ def describe(step, metrics):
     return line
 
 
-def restore_evaluations(state, checkpoint):
-    """Put back the evaluations and the best checkpoint of the run so far from `checkpoint`'s trainer state, where
-    this launch's state lacks them (TRL's PPO trainer starts its state afresh; transformers' Trainer restores it)."""
-    try:
-        saved = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if not any(key.startswith("eval/") for entry in state.log_history for key in entry):
-        earlier = [entry for entry in saved.get("log_history", []) if any(key.startswith("eval/") for key in entry)]
-        state.log_history[:0] = earlier
-    best = saved.get("best_model_checkpoint")
-    if state.best_metric is None and best and Path(best).is_dir():
-        state.best_metric, state.best_model_checkpoint = saved["best_metric"], best
-        state.best_global_step = saved.get("best_global_step")
-
-
 def say(line):
     """One console line, above the training progress bar rather than through it."""
     from tqdm.auto import tqdm
@@ -152,8 +136,6 @@ class HeldOutEvaluation(TrainerCallback):
     # ---- When ----
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.resumed_from:  # in every process: the best checkpoint must be the same in all (see on_step_end)
-            restore_evaluations(state, self.resumed_from)
         if not is_main_process():
             return
         self.baseline, seconds = self._cached_baseline(args.output_dir), 0.0

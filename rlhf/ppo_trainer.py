@@ -455,7 +455,8 @@ class PPOTrainer(Trainer):
 
         # Ours
         self.kl_coef = args.kl_coef  # the KL penalty coefficient of the next rollout (adapts with target_kl)
-        self.advantages_zeroed = False  # whether the last rollout had no reward signal (advantages of 0)
+        self.without_signal = False  # whether every completion of the last rollout scored the same
+        self.advantages_zeroed = False  # whether the last rollout's advantages were set to 0 for it
         self._said_zeroed = False  # the console line on a rollout without signal comes once
         self._lengths, self._clipped = [], []  # of the completions generated since the last log
         self._first_batch = 0  # batches already trained, when resuming (start_at_batch)
@@ -687,8 +688,8 @@ class PPOTrainer(Trainer):
                 # they are 0 (GRPO's zero advantage for a group that all scored the same) and the policy is not
                 # stepped at all (step 6); the returns, which the value model learns, stay. Judged on the whole
                 # rollout, every process's completions together; a rollout of one completion is never judged flat.
-                self.advantages_zeroed = args.skip_rollouts_without_signal and rollout_without_signal(
-                    accelerator.gather(scores))
+                self.without_signal = rollout_without_signal(accelerator.gather(scores))
+                self.advantages_zeroed = args.skip_rollouts_without_signal and self.without_signal
                 if self.advantages_zeroed:
                     advantages.zero_()
                 advantages = torch.masked_fill(advantages, padding_mask, 0)
@@ -862,7 +863,9 @@ class PPOTrainer(Trainer):
         logged none, where length hacking shows) and each reward function, over all processes (call it in each)."""
         gathered = self.accelerator.gather_for_metrics
         ours = {"objective/kl_coef": self.kl_coef}  # the coefficient this rollout was trained with
-        ours["objective/advantages_zeroed"] = float(self.advantages_zeroed)  # decided alike in every process
+        # decided alike in every process; the first is what rlhf.health's no_learning_signal alarm reads
+        ours["objective/rollout_without_signal"] = float(self.without_signal)
+        ours["objective/advantages_zeroed"] = float(self.advantages_zeroed)
         if self.advantages_zeroed and not self._said_zeroed and self.accelerator.is_main_process:
             self._said_zeroed = True
             skipped = ("the policy takes no step from it (the value model still learns)"
@@ -1075,6 +1078,10 @@ class PPOTrainer(Trainer):
 
             set_peft_model_state_dict(self.trained_policy, load_file(checkpoint / "adapter_model.safetensors"))
         state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        # The run's logs, held-out evaluations and best checkpoint go on, as transformers' resume restores them.
+        self.state.log_history = state.get("log_history", [])
+        for name in ("best_metric", "best_model_checkpoint", "best_global_step"):
+            setattr(self.state, name, state.get(name))
         self.restore_optimizer_scheduler_and_rng(checkpoint)
         self.kl_coef = json.loads((checkpoint / PPO_STATE).read_text(encoding="utf-8"))["kl_coef"]
         self.start_at_batch(state["global_step"])

@@ -576,6 +576,9 @@ class TrainingRun:
                  "max_completion_length": getattr(training, "max_completion_length", None)}
         self.health = health_callback(flags, raised=[alarm.name for alarm in earlier])
         self.health.monitor.alarms.extend(earlier)
+        if self.checkpoint is not None:  # the checks judge the whole run, its logs before this launch included
+            state = Path(self.checkpoint) / "trainer_state.json"
+            self.health.monitor.replay(json.loads(state.read_text(encoding="utf-8")).get("log_history", []))
         self.report = RunReport(self.output_dir, self.script, settings(self.configs, read_manifest(self.output_dir)),
                                 self.health.monitor)
         # The health check goes right before the reporting integrations (TensorBoard...), which stay where they are:

@@ -207,6 +207,7 @@ def test_ppo_takes_no_policy_step_from_rollouts_whose_completions_all_scored_the
     logged = scalars(tmp_path / "run")
     assert {value for _, value in logged["train/objective/scores"]} == {-0.5}
     assert {value for _, value in logged["train/objective/advantages_zeroed"]} == {float(skip)}
+    assert {value for _, value in logged["train/objective/rollout_without_signal"]} == {1.0}  # either way
     assert result.stdout.count("no reward signal, so its advantages are 0") == int(skip)  # said once
     start = load_file(Path(tiny_models["policy"]) / "model.safetensors")
     trained = load_file(tmp_path / "run" / "model.safetensors")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import assert_ok, grpo_args, run_script, scalars
+from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars
 from rlhf import health, tiny
 from rlhf.health import HealthMonitor, correlation, length_hacking, slope, sustained
 from test_report import assert_report
@@ -78,16 +78,43 @@ def test_no_signal_and_a_constant_reward_function():
 def test_ppo_rollouts_whose_completions_all_score_the_same_have_no_learning_signal():
     # The math PPO stage at seed 42 with GAE lambda 1.0 (docs/results.md): after its first rollout no completion was
     # boxed, every one scored -0.5, for 5 rollouts, and nothing was learnt.
-    stds = [(0.125, 0.25), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
     monitor = HealthMonitor({"kind": "ppo"})
-    raised = [monitor.observe({"rewards/boxed_answer/std": answer, "rewards/boxed_format/std": box}, step)
-              for step, (answer, box) in enumerate(stds, 1)]
+    raised = [monitor.observe({"objective/rollout_without_signal": flat}, step)
+              for step, flat in enumerate([0.0, 1.0, 1.0, 1.0, 1.0, 1.0], 1)]
     assert [len(alarms) for alarms in raised] == [0, 0, 0, 0, 0, 1] and raised[5][0].name == "no_learning_signal"
     assert "for 5 logs, step 6" in raised[5][0].line and "--prompts_per_rollout" in raised[5][0].line
-    # The same run at its shipped settings (seed 1): boxed_answer's std 0 at rollouts 1 and 6 only; no alarm.
+    # The math quickstart at seed 1: rollouts 1, 2 and 4 without signal; no alarm.
     monitor = HealthMonitor({"kind": "ppo"})
-    assert all(monitor.observe({"rewards/boxed_answer/std": std, "rewards/boxed_format/std": std}, step) == []
-               for step, std in enumerate([0.0, 0.375, 0.125, 0.171, 0.125, 0.0], 1))
+    assert all(monitor.observe({"objective/rollout_without_signal": flat}, step) == []
+               for step, flat in enumerate([1.0, 1.0, 0.0, 1.0, 0.0, 0.0], 1))
+
+
+def test_ppo_rewards_that_never_vary_are_no_learning_signal_while_the_scores_do():
+    # Every reward function gives each completion the same score, but the missing-EOS penalty (or a reward model's
+    # score beside them) makes the scores differ: the rollout has signal, its advantages are not zeroed, no alarm.
+    monitor = HealthMonitor({"kind": "ppo"})
+    for step in range(1, 8):
+        monitor.observe({"rewards/boxed_answer/std": 0.0, "objective/rollout_without_signal": 0.0}, step)
+    assert [alarm.name for alarm in monitor.alarms] == ["reward_constant/boxed_answer"]  # that function only
+
+
+def test_a_resumed_run_is_judged_on_its_whole_history():
+    # boxed_format varied before the interruption, then every completion was boxed: a resumed launch whose own logs
+    # are all 0 raises no "gave every completion the same score" alarm, and a window that began before the resume
+    # counts whole.
+    history = [{"rewards/boxed_format/std": 0.4, "frac_reward_zero_std": 0.0, "step": 1},
+               {"rewards/boxed_format/std": 0.0, "frac_reward_zero_std": 1.0, "step": 2},
+               {"eval/win_rate": 0.5, "step": 2}]
+    resumed = HealthMonitor({"kind": "grpo"})
+    resumed.replay(history)
+    assert resumed.alarms == [] and resumed.raised == set()
+    raised = [resumed.observe({"rewards/boxed_format/std": 0.0, "frac_reward_zero_std": 1.0}, step)
+              for step in range(3, 7)]
+    assert [[alarm.name for alarm in alarms] for alarms in raised] == [[], [], [], ["no_learning_signal"]]
+    fresh = HealthMonitor({"kind": "grpo"})  # the same launch without the history: a false alarm at its 3rd log
+    assert [alarm.name for alarm in fresh.observe({"rewards/boxed_format/std": 0.0}, 5)
+            or fresh.observe({"rewards/boxed_format/std": 0.0}, 6)
+            or fresh.observe({"rewards/boxed_format/std": 0.0}, 7)] == ["reward_constant/boxed_format"]
 
 
 def test_a_reward_every_completion_came_to_earn_is_no_alarm():
@@ -206,3 +233,37 @@ def test_a_reward_model_no_better_than_chance_is_an_alarm(tiny_models, tmp_path)
     assert [alarm["name"] for alarm in report["health"]] == ["reward_accuracy_near_chance"]
     assert report["finished"] is True
     assert scalars(out)["train/health/reward_accuracy_near_chance"] == [(2, 1.0)]
+
+
+# Varies at the first 2 steps, then gives every completion 0 (a format every completion has come to follow).
+LEARNT = '''
+def learnt(completions, trainer_state, **kwargs):
+    if trainer_state.global_step < 2:
+        return [float(i % 2) for i in range(len(completions))]
+    return [0.0] * len(completions)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_a_continued_run_raises_no_alarm_its_whole_history_contradicts(tiny_models, tmp_path, script):
+    # 3 steps, then continued to 6 from checkpoint-3: the continued launch sees the reward constant at each of its
+    # own 3 logs, but over the run it varied first. Before, each launch judged only its own logs: a false alarm.
+    (tmp_path / "learnt.py").write_text(LEARNT)
+    out = tmp_path / "run"
+
+    def run(steps):
+        if script == "train_grpo.py":
+            args = grpo_args(tiny_models, out, "--max_steps", steps)
+        else:  # rollouts of 2 prompts; no missing-EOS penalty, so that the scores are the reward's
+            args = ppo_args(tiny_models, out, "--total_episodes", 2 * steps, "--missing_eos_penalty", "0")
+        return run_script(script, *args, "--save_steps", "3", "--reward_funcs", "learnt.learnt", cwd=tmp_path)
+
+    assert_ok(run(3))
+    result = run(6)
+    assert_ok(result)
+    assert "checkpoint-3" in result.stdout
+    logged = scalars(out)["train/rewards/learnt.learnt/std"]
+    assert [step for step, _ in logged] == [1, 2, 3, 4, 5, 6] and logged[0][1] > 0 and logged[-1][1] == 0
+    assert "gave every completion the same score" not in result.stdout
+    assert not [alarm for alarm in read_report(out)["health"] if alarm["name"].startswith("reward_constant")]
