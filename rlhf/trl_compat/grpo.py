@@ -72,13 +72,17 @@ class ResumableGRPOTrainer(GRPOTrainer):
                                          self.args.kl_horizon)
 
     def _save_checkpoint(self, model, trial):
-        """Each process saves its own buffer first: transformers writes trainer_state.json last."""
+        """Each process saves its own buffer first, and all wait for each other before transformers saves: the main
+        process writes trainer_state.json last, which marks the checkpoint complete, so every process's buffer must be
+        in it by then. (transformers 5.23's save happened to wait for every process too, measured; this is the
+        guarantee, not that.)"""
         import torch
 
         checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         checkpoint.mkdir(parents=True, exist_ok=True)
         state = {"step": self._step, "buffered_inputs": self._buffered_inputs, "beta": self.beta}
         torch.save(state, checkpoint / generation_state_file(self.args.process_index))
+        self.accelerator.wait_for_everyone()
         super()._save_checkpoint(model, trial)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
