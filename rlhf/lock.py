@@ -1,10 +1,15 @@
 """The lock that keeps an output folder to one run: two runs never write one `output_dir` at once.
 
-A pure-Python file lock (O_CREAT | O_EXCL is atomic on every OS, Windows included) that names its holder, so that a
-lock left by a killed run is recognised (psutil: is that process still the one that took it?) and taken over.
+An OS lock (`filelock`: flock on Unix, LockFileEx on Windows) on `run.lock.os` says who holds the folder. The OS drops
+it when its process ends in any way (SIGKILL, a crash, a power cut), so a killed run's lock is free again with no
+guess at whether its PID still runs, on this host or on another one sharing the folder. `run.lock` beside it names
+the holder (PID, host, start, command) for the one-line refusal: a separate file, as one locked on Windows cannot be
+read. The processes of one torchrun / accelerate launch share the lock: the main process takes it, the others check
+that `run.lock` names their launch.
 """
 
 import atexit
+import contextlib
 import json
 import os
 import socket
@@ -13,66 +18,61 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from filelock import FileLock, Timeout  # imported before release_locks is registered: its exit handler runs after
+
 from rlhf.errors import UserError
 from rlhf.processes import is_main_process, launched_processes
 
-LOCK = "run.lock"
-_held = {}  # the locks this process holds: lock path -> the outermost folder created for it (None: it was there)
+LOCK = "run.lock"  # the holder's record (JSON), for other runs to read
+OS_LOCK = "run.lock.os"  # the file the OS locks
+_held = {}  # record path -> (the outermost folder created for it, None if it was there; its FileLock)
 
 
 def lock_output_dir(output_dir):
-    """Hold `output_dir` for this run until it ends (`release_locks`), so that two runs never write one folder.
-
-    The lock is a file created with O_CREAT | O_EXCL (atomic on every OS) that names its holder: PID, host, start
-    time, command. A lock whose process is gone (killed, machine restarted) is taken over, saying so; one held by a
-    live run, or by a run on another host (whose process cannot be checked from here), is refused in one line. The
-    processes of one torchrun / accelerate launch share it: the main process writes it, the others only check it.
-    """
+    """Hold `output_dir` for this run until it ends (`release_locks`). While another run holds it: a one-line
+    `UserError` naming that run. A record left by a run that no longer holds the OS lock is taken over, saying so."""
     folder = Path(output_dir)
     path = folder / LOCK
     if path in _held:
         return
     created = make_folder(folder)
-    me = _lock_holder()
-    for _ in range(5):  # another launch may take or drop the lock between our look and our write
-        holder = _read_lock(path)
-        if holder is not None and holder.get("launch") == me["launch"]:  # this process's, or its launch's
-            if is_main_process():
-                _held.setdefault(path, created)
-            return
-        if holder is not None and _alive(holder):
-            where = "this host" if holder.get("host") == me["host"] else f"host {holder.get('host')}"
-            gone = "" if holder.get("host") == me["host"] else f"; if that run is gone, delete {path}"
-            raise UserError(
-                f"{folder} is in use by another run (PID {holder.get('pid')} on {where}, started "
-                f"{holder.get('started_at')}); wait for it to finish, or choose another --output_dir{gone}"
-            )
-        if not is_main_process():
-            return
-        if holder is not None:
-            if _read_lock(path) != holder:
-                continue
-            path.unlink(missing_ok=True)
-            print(f"note: took over {path}, left by a run that is no longer running (PID {holder.get('pid')}, "
-                  f"started {holder.get('started_at')}).", flush=True)
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(me, file)
-        _held[path] = created
+    launch = _launch_id()
+    if not is_main_process():
+        # The main process takes the lock for the launch. A record of another launch is another run's, or a dead
+        # one's that the main process is about to take over: wait for that (30 s at most). No record: nothing to check.
+        holder = _await_record(path, lambda record: record.get("launch") in (None, launch), wait=30)
+        if holder.get("launch") not in (None, launch):
+            raise _in_use(folder, holder)
         return
-    raise UserError(f"{folder} is being taken by other runs at this moment; choose another --output_dir")
+    os_lock = FileLock(folder / OS_LOCK, thread_local=False)
+    for _ in range(3):  # the holder may let go between our try and our look at its record
+        try:
+            os_lock.acquire(blocking=False)
+            break
+        except Timeout:
+            holder = _await_record(path, bool, wait=2)  # the holder writes its record just after taking the lock
+            if holder:
+                raise _in_use(folder, holder) from None
+    else:
+        raise UserError(f"{folder} is being taken by other runs at this moment; choose another --output_dir")
+    stale = _await_record(path, bool, wait=0)
+    if stale.get("launch") not in (None, launch):
+        print(f"note: took over {path}, left by a run that is no longer running (PID {stale.get('pid')}, "
+              f"started {stale.get('started_at')}).", flush=True)
+    path.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "launch": launch,
+                                "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                "command": [Path(sys.argv[0]).name, *sys.argv[1:]]}), encoding="utf-8")
+    _held[path] = created, os_lock
 
 
 def release_locks():
     """Drop the locks this process holds (and a folder it created for one that stayed empty). Safe to call again."""
     while _held:
-        path, created = _held.popitem()
-        holder = _read_lock(path, wait=0)
-        if holder and holder.get("launch") == _launch_id():
-            path.unlink(missing_ok=True)
+        path, (created, os_lock) = _held.popitem()
+        path.unlink(missing_ok=True)  # while still held: no other run has written it
+        with contextlib.suppress(OSError):  # Windows keeps an open file: filelock removes it on release
+            (path.parent / OS_LOCK).unlink()  # before the release, so that a run opening it sees it gone and retries
+        os_lock.release()
         folder = path.parent
         while created is not None:  # the folders this run created, innermost first, while they are empty
             try:
@@ -102,15 +102,6 @@ def make_folder(folder):
     return created
 
 
-def _lock_holder():
-    """This run as its lock names it."""
-    import psutil
-
-    return {"pid": os.getpid(), "host": socket.gethostname(), "launch": _launch_id(),
-            "process_started": psutil.Process().create_time(), "started_at": _now(),
-            "command": [Path(sys.argv[0]).name, *sys.argv[1:]]}
-
-
 def _launch_id():
     """What the processes of one torchrun / accelerate launch share (its rendezvous), or this process alone."""
     env = os.environ
@@ -119,37 +110,21 @@ def _launch_id():
     return f"{socket.gethostname()}/{os.getpid()}"
 
 
-def _read_lock(path, wait=2.0):
-    """The holder a lock file names; None if there is none. A lock still empty after `wait` s (its writer died
-    between creating and writing it) reads as {}: nobody's."""
+def _await_record(path, done, wait):
+    """The holder `path` names ({} if none, or half written) once `done(record)`, or as it is after `wait` s."""
     deadline = time.monotonic() + wait
     while True:
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
+            record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            if time.monotonic() >= deadline:
-                return {}
-            time.sleep(0.1)
+            record = {}
+        if done(record) or time.monotonic() >= deadline:
+            return record
+        time.sleep(0.1)
 
 
-def _alive(holder):
-    """Whether the lock's process still runs. On another host it cannot be checked: taken as alive."""
-    import psutil
-
-    if holder.get("host") != socket.gethostname():
-        return bool(holder)
-    try:
-        process = psutil.Process(int(holder["pid"]))
-        # The PID may have been reused by another program since: compare start times.
-        same = abs(process.create_time() - float(holder.get("process_started", process.create_time()))) < 1
-        return same and process.status() != psutil.STATUS_ZOMBIE
-    except (KeyError, TypeError, ValueError, psutil.NoSuchProcess):
-        return False
-    except psutil.Error:  # e.g. AccessDenied: a process is there
-        return True
-
-
-def _now():
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def _in_use(folder, holder):
+    host = holder.get("host")
+    where = "this host" if host == socket.gethostname() else f"host {host}"
+    return UserError(f"{folder} is in use by another run (PID {holder.get('pid')} on {where}, started "
+                     f"{holder.get('started_at')}); wait for it to finish, or choose another --output_dir")

@@ -144,7 +144,7 @@ def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(t
         assert holder.stdout.readline().strip() == "held"  # the first quickstart, running
         line = error_line(run_cli("quickstart.py", "--tiny", "--output_dir", out))
         assert f"{out} is in use by another run (PID {holder.pid}" in line and "wait for it to finish" in line
-        assert sorted(path.name for path in out.iterdir()) == ["run.lock"]  # nothing built, no stage started
+        assert sorted(path.name for path in out.iterdir()) == ["run.lock", "run.lock.os"]  # the lock only: no stage
     finally:
         holder.kill()
         holder.wait()
