@@ -53,15 +53,14 @@ UNSUPPORTED_KEYS = {
 # match, which can point the wrong way (num_return_sequences is not num_train_epochs). Where a spelling means the
 # same thing, it is an alias of the flag itself (e.g. --num_return_sequences for --num_generations).
 KNOWN_SPELLINGS = {
-    "batch_size": "GRPO: --prompts_per_step (prompts per optimizer step; --per_device_train_batch_size counts "
-                  "completions); PPO: --prompts_per_rollout",
-    "mini_batch_size": "PPO: --per_device_train_batch_size x --gradient_accumulation_steps is the prompts of one "
-                       "optimizer step",
+    "batch_size": "--per_device_train_batch_size, per device and pass",
+    "mini_batch_size": "GRPO: --per_device_train_batch_size counts completions per pass, --prompts_per_step prompts "
+                       "per optimizer step",
     "use_wandb": "--report_to wandb",
     "wandb_project": "the environment variable WANDB_PROJECT (in a --config YAML: env: {WANDB_PROJECT: name})",
     "wandb_run_name": "--run_name",
     "device": "--use_cpu to train on the CPU; a GPU is used when there is one",
-    "model": "a nested section is not read: write model_name_or_path: PATH at the top level",
+    "model": "model_name_or_path: PATH (or a section model: {path: PATH})",
 }
 
 
@@ -95,16 +94,17 @@ class Parser:
                       for action in self.parser._actions for option in action.option_strings if option != "-h"}
 
     def parse(self, args):
-        args, translated = _translate_flags(list(args), self.known)
-        config = {}
+        args, config, read = list(args), {}, []
         for i, arg in enumerate(args):
             if arg == "--config" or arg.startswith("--config="):
                 path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else None)
-                config = _read_config(path, self.known)
+                config, as_flags, read = _read_config(path, self.known)
                 _check_config_values(config, self.parser, path)
                 config = _listed(config, self.parser)
-                del args[i : i + (1 if "=" in arg else 2)]
+                args[i : i + (1 if "=" in arg else 2)] = as_flags  # the seeds' keys translated as their flags are
                 break
+        args, translated = _translate_flags(args, self.known)
+        translated = read + translated
         _check_flags(args, self.known)
         for key, value in (config.pop("env", None) or {}).items():  # TRL's `env:` section: environment variables
             os.environ[key] = str(value)
@@ -155,7 +155,8 @@ def exit_on_user_error(main):
             print(done)
             code = 0
         except UserError as error:
-            print(f"error: {error}", file=sys.stderr)
+            if is_main_process():  # once per launch: every process of a torchrun launch meets the same error
+                print(f"error: {error}", file=sys.stderr)
             code = USER_ERROR_EXIT_CODE
         except KeyboardInterrupt:
             print("\nInterrupted: stopped at once (what was saved before stays intact).", file=sys.stderr, flush=True)
@@ -257,18 +258,38 @@ def _read_config(path, known):
         raise UserError(f"config file {path} is not valid YAML{where}; fix the syntax there") from None
     if not isinstance(config, dict):
         raise UserError(f"config file {path} must hold a YAML mapping of flag names to values (key: value lines)")
-    normalized, unknown = {}, []
-    for key, value in config.items():
+    normalized, as_flags, notes, unknown = {}, [], [], []
+    for key, value in _flattened(config, known, notes):
         name = str(key).replace("-", "_")
         if name in UNSUPPORTED_KEYS:
             raise UserError(f"{key} in {path}: {UNSUPPORTED_KEYS[name]}")
-        if name not in known and name != "env":
+        if name in TRANSLATED_FLAGS and TRANSLATED_FLAGS[name][1] in known:  # a seed's key: as its flag
+            as_flags += [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+        elif name not in known and name != "env":
             unknown.append(f"'{key}'{_did_you_mean(name, known)}")
-        normalized[known.get(name, name)] = value
+        else:
+            normalized[known.get(name, name)] = value
     if unknown:
         keys = "unknown key" + ("s " if len(unknown) > 1 else " ")
         raise UserError(f"{keys}{', '.join(unknown)} in {path}; see --help for names")
-    return normalized
+    return normalized, as_flags, notes
+
+
+def _flattened(config, known, notes):
+    """A YAML's (key, value) pairs, a nested section (`model: {path: ...}`, as a math GRPO's YAML writes it) read
+    as the flat keys it means here (`model_path`, then `path`), with a note; TRL's `env:` section and a key that
+    takes a mapping stay as they are."""
+    for key, value in config.items():
+        name = str(key).replace("-", "_")
+        if not isinstance(value, dict) or name in known or name == "env":
+            yield key, value
+            continue
+        for sub, inner in value.items():
+            sub = str(sub).replace("-", "_")
+            flat = next((option for option in (f"{name}_{sub}", sub) if option in known), f"{name}.{sub}")
+            if flat in known:
+                notes.append(f"note: {key}: {{{sub}: ...}} read as {flat} (this package's keys are flat)")
+            yield flat, inner
 
 
 def _finite_float(text):
@@ -316,9 +337,10 @@ def _listed(config, parser):
             for dest, value in config.items()}
 
 
-# Flags of the seeds' hand-written GRPO that this package spells otherwise, run as written: each becomes the flags (or
-# the environment variable) that mean it here, said in one `note:` line. {name: (takes a value, the flag it needs the
-# script to have, translate)}, where translate(value) gives the flags that replace it and what it became, in words.
+# Flags of the seeds (the hand-written GRPO, the older TRL PPO) that this package spells otherwise, run as written, as
+# flags or YAML keys: each becomes the flags (or the environment variable) that mean it here, said in one `note:` line.
+# {name: (takes a value, the flag it needs the script to have, translate)}, where translate(value) gives the flags that
+# replace it and what it became, in words.
 def _device(value):
     if value not in ("cpu", "cuda"):
         raise UserError(f"--device {value}: give cpu (the same as --use_cpu) or cuda (the GPU, used where there is "
@@ -337,11 +359,39 @@ def _flags(*flags):
     return list(flags), " ".join(flags)
 
 
+def _count(value, flag):
+    try:
+        count = int(value)
+    except ValueError:
+        raise UserError(f"--{flag} {value}: give a whole number") from None
+    if count < 1:
+        raise UserError(f"--{flag} must be >= 1, got {count}")
+    return count
+
+
+def _ppo_batch_size(value):
+    # The older TRL PPO's batch: completions per rollout on each process, one per prompt.
+    from rlhf.processes import launched_processes
+
+    count, processes = _count(value, "batch_size"), launched_processes()
+    flags, meaning = _flags("--prompts_per_rollout", str(count * processes))
+    return flags, meaning + (f" ({count} on each of {processes} processes)" if processes > 1 else "")
+
+
+def _ppo_mini_batch_size(value):
+    # The older TRL PPO's mini-batch: completions per forward/backward pass on each process.
+    return _flags("--per_device_train_batch_size", str(_count(value, "mini_batch_size")))
+
+
 TRANSLATED_FLAGS = {
     "device": (True, "use_cpu", _device),
-    "use_wandb": (False, "report_to", lambda value: _flags("--report_to", "wandb") if value != "false" else _flags()),
+    "use_wandb": (False, "report_to", lambda value: _flags("--report_to", "wandb") if value != "false"
+                  else ([], "nothing to set: no W&B logging")),
     "wandb_project": (True, "report_to", _wandb_project),
     "wandb_run_name": (True, "run_name", lambda value: _flags("--run_name", value)),
+    # the older TRL PPO's (GRPO's --batch_size is a flag of its own: its translation needs --num_generations)
+    "batch_size": (True, "prompts_per_rollout", _ppo_batch_size),
+    "mini_batch_size": (True, "prompts_per_rollout", _ppo_mini_batch_size),
 }
 
 

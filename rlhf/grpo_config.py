@@ -43,6 +43,15 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
             "they are, as `trl grpo` does."
         },
     )
+    batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "A hand-written GRPO's batch: prompts per forward/backward pass on each device, each with its "
+            "num_generations completions, gradient_accumulation_steps passes per optimizer step. Translated, saying "
+            "so: --prompts_per_step = batch_size x gradient_accumulation_steps x processes, "
+            "--per_device_train_batch_size = batch_size x num_generations (the manifest records those)."
+        },
+    )
     prompts_per_generation: int | None = field(
         default=None,
         metadata={
@@ -121,6 +130,8 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         if self.target_kl is not None and self.beta == 0:
             raise ValueError("--target_kl adapts --beta, which is 0 here (no reference model, no KL to measure); "
                              "give --beta > 0 (e.g. 0.04) or drop --target_kl.")
+        if self.batch_size is not None:
+            self._batch_from_batch_size()
         if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
             trl_batch = (self.gradient_accumulation_steps, self.generation_batch_size, self.steps_per_generation)
             self.prompts_per_step = 4 if trl_batch == (None, None, None) else 0
@@ -145,6 +156,23 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
         super().__post_init__()
+
+    def _batch_from_batch_size(self):
+        """A hand-written GRPO's `--batch_size` (prompts per pass and device) as this package's prompts per step."""
+        at_least(self, 1, "batch_size", "num_generations")
+        if self.prompts_per_step is not None:
+            raise ValueError(f"--batch_size {self.batch_size} and --prompts_per_step {self.prompts_per_step} both set "
+                             "the prompts of a step; give one (--prompts_per_step counts prompts per optimizer step)")
+        accumulation, processes = self.gradient_accumulation_steps or 1, launched_processes()
+        self.prompts_per_step = self.batch_size * accumulation * processes
+        self.per_device_train_batch_size = self.batch_size * self.num_generations
+        passes = f", {accumulation} passes" if accumulation > 1 else ""
+        devices = f" on each of {processes} processes" if processes > 1 else ""
+        note(self, "batch_size", f"note: --batch_size {self.batch_size} -> --prompts_per_step {self.prompts_per_step} "
+             f"--per_device_train_batch_size {self.per_device_train_batch_size} ({self.batch_size} prompts x "
+             f"{self.num_generations} completions per pass{devices}{passes} per optimizer step; this package counts "
+             "prompts per optimizer step)", always=True)
+        self.batch_size = None  # recorded as what it became
 
     def _batch_from_prompts(self):
         """Translate prompts into TRL's completion-counted batch, before TRL derives its generation batch from it."""

@@ -47,36 +47,66 @@ def test_the_older_ppo_names_are_aliases(tmp_path):
     assert config.max_completion_length == config.response_length == 32
 
 
-def test_the_hand_written_grpo_command_line_runs_but_for_its_batch_size_which_is_named_with_what_to_write(tmp_path):
+def test_the_hand_written_grpo_command_line_runs_as_written_and_says_what_its_batch_became(tmp_path, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    monkeypatch.setattr("config._check_report_to", lambda report_to: None)  # wandb is not installed here
     flags = ["--model-name", "X", "--batch-size", "4", "--num-epochs", "3", "--learning-rate", "1e-6",
              "--num-generations", "4", "--max-new-tokens", "256", "--kl-coef", "0.1", "--clip-range", "0.2",
              "--temperature", "0.7", "--gradient-accumulation-steps", "4", "--max-grad-norm", "1.0", "--warmup-steps",
              "100", "--output-dir", str(tmp_path), "--logging-steps", "10", "--save-steps", "500", "--use-wandb",
              "--wandb-project", "P", "--wandb-run-name", "R", "--device", "cuda"]
+    config = grpo(*flags)[-1]
+    # 4 prompts x 4 completions per pass, 4 passes per optimizer step: 16 prompts, 64 completions a step.
+    assert (config.prompts_per_step, config.per_device_train_batch_size, config.gradient_accumulation_steps) == (
+        16, 16, 4)
+    assert config.batch_size is None  # recorded as what it became
+    assert ("note: --batch_size 4 -> --prompts_per_step 16 --per_device_train_batch_size 16 (4 prompts x 4 "
+            "completions per pass, 4 passes per optimizer step; this package counts prompts per optimizer step)"
+            ) in capsys.readouterr().out.splitlines()
+    with pytest.raises(UserError, match="--batch_size 4 and --prompts_per_step 8 both set the prompts of a step"):
+        grpo("--batch_size", "4", "--prompts_per_step", "8", "--output_dir", tmp_path)
+
+
+def test_the_older_ppo_batch_sizes_run_as_written_and_the_manifest_records_what_trains(tmp_path, capsys):
+    config = ppo("--batch_size", "16", "--mini_batch_size", "2", "--output_dir", tmp_path)[-1]
+    # rollouts of 16 prompts, one optimizer step per 2: 8 mini-batches
+    assert (config.prompts_per_rollout, config.per_device_train_batch_size, config.num_mini_batches) == (16, 2, 8)
+    lines = capsys.readouterr().out.splitlines()
+    assert "note: --batch_size 16 -> --prompts_per_rollout 16 (this package's spelling)" in lines
+    assert "note: --mini_batch_size 2 -> --per_device_train_batch_size 2 (this package's spelling)" in lines
+    with pytest.raises(UserError, match="--mini_batch_size two: give a whole number"):
+        ppo("--mini_batch_size", "two", "--output_dir", tmp_path)
+
+
+def test_a_batch_name_is_never_answered_with_a_flag_that_means_something_else(tmp_path):
     with pytest.raises(UserError) as error:
-        grpo(*flags)
-    assert str(error.value) == ("unknown flag --batch-size (here: GRPO: --prompts_per_step (prompts per optimizer "
-                                "step; --per_device_train_batch_size counts completions); PPO: --prompts_per_rollout);"
-                                " see --help")
+        grpo("--mini_batch_size", "2", "--output_dir", tmp_path)
+    assert "auto_find_batch_size" not in str(error.value)
+    assert "(here: GRPO: --per_device_train_batch_size counts completions per pass" in str(error.value)
 
 
-@pytest.mark.parametrize("name", ["mini_batch_size", "batch_size"])
-def test_a_batch_name_is_never_answered_with_a_flag_that_means_something_else(tmp_path, name):
-    with pytest.raises(UserError) as error:
-        ppo(f"--{name}", "2", "--output_dir", tmp_path)
-    assert "auto_find_batch_size" not in str(error.value) and "(here: " in str(error.value)
-
-
-def test_a_yaml_names_every_unknown_key_in_one_line_and_a_nested_section_says_how_to_write_it(tmp_path):
+def test_a_yaml_reads_the_seeds_keys_and_a_nested_section_and_names_every_unknown_key_in_one_line(tmp_path, capsys,
+                                                                                                monkeypatch):
+    monkeypatch.setattr("config._check_report_to", lambda report_to: None)  # wandb is not installed here
     config = tmp_path / "math.yaml"
-    config.write_text("model:\n  path: my/model\nnum_return_sequences: 8\nlerning_rate: 1e-5\nuse_wandb: true\n")
+    config.write_text("model:\n  path: my/model\nnum_return_sequences: 8\nuse_wandb: true\ndevice: cpu\n")
+    model, _, _, training = grpo("--config", config, "--output_dir", tmp_path)
+    assert model.model_name_or_path == "my/model" and training.num_generations == 8
+    assert training.use_cpu and "wandb" in training.report_to
+    lines = capsys.readouterr().out.splitlines()
+    for line in ("note: model: {path: ...} read as model_path (this package's keys are flat)",
+                 "note: --use_wandb true -> --report_to wandb (this package's spelling)",
+                 "note: --device cpu -> --use_cpu (this package's spelling)"):
+        assert line in lines
+    config.write_text("model:\n  path: my/model\n  revison: main\nlerning_rate: 1e-5\nmini_batch_size: 2\n")
     with pytest.raises(UserError) as error:
         grpo("--config", config, "--output_dir", tmp_path)
     message = str(error.value)
-    assert message.startswith("unknown keys 'model' (here: a nested section is not read: write "
-                              "model_name_or_path: PATH at the top level), 'lerning_rate' (did you mean "
-                              "'learning_rate'?), 'use_wandb' (here: --report_to wandb) in ")
-    assert "num_return_sequences" not in message  # an alias of num_generations
+    assert message.startswith("unknown keys 'model.revison' (did you mean 'model_revision'?), 'lerning_rate' (did "
+                              "you mean 'learning_rate'?), "
+                              "'mini_batch_size' (here: GRPO: ")
+    assert message.count("\n") == 0
 
 
 def test_lora_settings_without_use_peft_are_said_to_do_nothing(tmp_path, capsys):

@@ -217,3 +217,44 @@ def test_ppo_on_two_processes_resumed_inside_a_later_pass_trains_what_one_run_tr
     expected, weights = final_weights(whole), final_weights(resumed)
     differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
     assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
+
+
+# A reward function whose module, once imported in each process, makes process 1 slow to save its generation file.
+SLOW_SAVE = '''
+import os, time
+import torch
+
+_save = torch.save
+
+def slow_save(obj, path, *args, **kwargs):
+    if "grpo_generation_1" in str(path):
+        time.sleep(3)
+    return _save(obj, path, *args, **kwargs)
+
+torch.save = slow_save
+
+def zero(prompts, completions, **kwargs):
+    return [0.0] * len(prompts)
+'''
+
+
+def test_grpo_on_two_processes_marks_a_checkpoint_complete_after_every_process_saved_its_generation(tiny_models,
+                                                                                                 tmp_path):
+    # trainer_state.json, written by process 0, marks a checkpoint complete: a run interrupted before it is resumed
+    # from the checkpoint before. Process 1's generation file must be in the checkpoint by then.
+    (tmp_path / "slow_save.py").write_text(SLOW_SAVE)
+    out = tmp_path / "run"
+    args = grpo_args(tiny_models, out, "--max_steps", "2", "--reward_funcs", "reward_model", "slow_save.zero")
+    assert_ok(run_script("train_grpo.py", *args, processes=2, env={"PYTHONPATH": str(tmp_path)}))
+    checkpoint = out / "checkpoint-2"
+    written = {path.name: path.stat().st_mtime_ns for path in checkpoint.iterdir()}
+    assert written["grpo_generation_1.pt"] <= written["trainer_state.json"]
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "train_reward_model.py"])
+def test_a_user_error_in_a_two_process_launch_is_said_once(tiny_models, tmp_path, script):
+    result = run_script(script, "--model_name_or_path", tmp_path / "no_such_model", "--output_dir", tmp_path / "run",
+                        processes=2)
+    assert result.returncode != 0
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "no_such_model" in lines[0], result.stderr[-2000:]
