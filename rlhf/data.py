@@ -10,6 +10,7 @@ model's chat template applies.
 """
 
 import difflib
+import functools
 import logging
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,6 +61,11 @@ def load_rows(dataset_name, split="train", max_samples=None):
         raise UserError(f"dataset {dataset_name} does not exist{did_you_mean_path(dataset_name)}; give an existing "
                         "file or folder, or a Hub name")
     else:
+        reason = hub_unreachable()
+        if reason and not _in_datasets_cache(dataset_name):
+            raise UserError(f"cannot reach the Hugging Face Hub ({reason}) to download dataset '{dataset_name}', and "
+                            "it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local file, "
+                            "e.g. --dataset_name data/preferences.jsonl (`python quickstart.py` runs offline)")
         try:
             dataset = _pick_split(datasets.load_dataset(dataset_name), split, dataset_name)
         except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
@@ -72,6 +78,13 @@ def load_rows(dataset_name, split="train", max_samples=None):
     if len(dataset) == 0:
         raise UserError(f"dataset {dataset_name} (split '{split}') has no rows")
     return dataset
+
+
+def _in_datasets_cache(dataset_name):
+    """Whether `datasets` has a Hub dataset in its cache (its folder, `owner___name`), which it reads offline."""
+    import datasets
+
+    return any(Path(datasets.config.HF_DATASETS_CACHE).glob(dataset_name.replace("/", "___") + "*"))
 
 
 @contextmanager
@@ -115,6 +128,30 @@ def looks_like_local_path(name):
     `folder` exists here: a typo of a local path (`tiny/polcy`) rather than a Hub id."""
     return (name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name or Path(name).suffix != ""
             or ("/" in name and Path(name.split("/")[0]).is_dir()))
+
+
+@functools.cache
+def hub_unreachable():
+    """Why the Hugging Face Hub cannot be reached (one connection, 5 s at most, tried once per process), or None.
+
+    Asked before a model or dataset is downloaded: huggingface_hub retries a request that cannot connect 5 times over
+    about 25 s, printing each retry, before the error. Not asked in offline mode (HF_HUB_OFFLINE, which reads the
+    cache at once) or behind a proxy (which this connection would bypass)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    proxies = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(name) for name in proxies):
+        return None
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)), timeout=5).close()
+    except OSError as error:
+        return f"{url.hostname}: {error.strerror or error}"
+    return None
 
 
 def did_you_mean_path(name):

@@ -7,7 +7,7 @@ folders go through `from_pretrained` alike.
 import copy
 from pathlib import Path
 
-from rlhf.data import did_you_mean_path, looks_like_local_path
+from rlhf.data import did_you_mean_path, hub_unreachable, looks_like_local_path
 from rlhf.errors import UserError, first_line
 from rlhf.processes import cuda_available, is_main_process, launched_zero_stage, main_process_first
 
@@ -62,6 +62,18 @@ def check_model_source(name_or_path, what, flag, hint=""):
                             f"its weights there, or point {flag} at a complete saved model{hint}")
     elif looks_like_local_path(name_or_path):
         raise UserError(f"{what} {name_or_path} does not exist{did_you_mean_path(name_or_path)}; check {flag}{hint}")
+    elif hub_unreachable() and not _in_hub_cache(name_or_path):
+        raise UserError(f"cannot reach the Hugging Face Hub ({hub_unreachable()}) to download {what} {name_or_path}, "
+                        f"and it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local "
+                        f"folder to {flag}, e.g. bundled/SmolLM2-135M-Instruct (`python quickstart.py` runs offline)")
+
+
+def _in_hub_cache(repo_id):
+    """Whether the Hub's cache holds a model (or adapter) `repo_id`, which transformers then loads offline."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str)
+               for name in ("config.json", "adapter_config.json"))
 
 
 def _check_adapter_base(adapter, base):

@@ -451,3 +451,20 @@ def test_grpo_with_boxed_answer_on_data_without_reference_answers_is_refused_bef
     line = error_line(run_cli("train_grpo.py", *grpo_args(tiny_models, out, "--reward_funcs", "boxed_answer")))
     assert "boxed_answer" in line and "`ground_truth`" in line and str(tiny_models["prompts"]) in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("what", ["model", "dataset"])
+def test_an_unreachable_hub_is_said_in_one_line_at_once_not_after_retries(tiny_models, tmp_path, what):
+    # Nothing listens on port 9 here: the connection is refused at once, as with no network. huggingface_hub would
+    # retry each request 5 times over ~25 s, printing every retry, before its error.
+    env = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9",
+           "HF_HOME": str(tmp_path / "hf_home")}
+    local = {"model": ["--dataset_name", tiny_models["prompts"]],
+             "dataset": ["--model_name_or_path", tiny_models["policy"], "--dataset_name", "owner/some_prompts"]}
+    result = run_script("train_grpo.py", "--reward_model_name_or_path", tiny_models["reward_model"], *local[what],
+                        "--output_dir", tmp_path / "run", env=env)
+    line = error_line(result)
+    assert line.startswith("error: cannot reach the Hugging Face Hub (127.0.0.1: Connection refused) to download "
+                           + ("model HuggingFaceTB/smollm2-135M-SFT-Only" if what == "model"
+                              else "dataset 'owner/some_prompts'"))
+    assert "Retry" not in result.stdout + result.stderr
