@@ -38,12 +38,20 @@ from rlhf.evaluation import (
     format_table,
     generate,
     held_out_prompts,
+    interrupted_report,
     save_report,
     score,
     scoring_record,
     summarize,
 )
-from rlhf.models import check_model_source, check_policy, load_causal_lm, load_tokenizer, reward_model_dtype
+from rlhf.models import (
+    check_model_source,
+    check_policy,
+    fit_prompt_length,
+    load_causal_lm,
+    load_tokenizer,
+    reward_model_dtype,
+)
 from rlhf.processes import on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
@@ -53,8 +61,10 @@ from rlhf.run import LIBRARIES, versions
 def main(args, rewards):
     if not args.model_path:
         raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
-    for path in args.model_path:
+    for path in args.model_path:  # one prompt length for all: fitted to the shortest context where defaulted
         check_model_source(path, "model", "--model_path")
+        fit_prompt_length(path, args, args.max_new_tokens, args.trust_remote_code, "--max_new_tokens")
+    for path in args.model_path:
         check_policy(path, "--model_path", {"--max_prompt_length": args.max_prompt_length,
                                             "--max_new_tokens": args.max_new_tokens}, args.trust_remote_code)
     if "reward_model" in rewards.reward_funcs:
@@ -133,11 +143,19 @@ def evaluate(args, rewards, report, stop):
                                     args.trust_remote_code, device, args.batch_size)
     funcs = load_reward_funcs(rewards.reward_funcs, load_scorer, rewards.boxed_rewards)
     libraries = (*LIBRARIES, "math-verify") if "boxed_answer" in rewards.reward_funcs else LIBRARIES
-    report["config"] = {**vars(args), "num_prompts": len(prompts), "num_prompts_requested": args.num_prompts,
+    flags = {name: value for name, value in vars(args).items() if not name.startswith("_")}  # not the parser's
+    report["config"] = {**flags, "num_prompts": len(prompts), "num_prompts_requested": args.num_prompts,
                         "prompt_rows": row_numbers, "scoring": scoring_record(rewards, weights, scorer_dtype),
                         "versions": versions(libraries)}
     results = report["models"]
-    for path in args.model_path:
+    earlier = interrupted_report(args.output_file, report["config"])
+    done = [model["model_path"] for model in earlier["models"]] if earlier else []
+    if done and done == args.model_path[: len(done)]:  # kept as they were: each model's sampling is seeded alone
+        results += earlier["models"]
+        report["comparison"] += earlier["comparison"]
+        print(f"note: {len(done)} of {len(args.model_path)} models already evaluated in {args.output_file} by an "
+              "interrupted run with these settings: kept, not generated again")
+    for path in args.model_path[len(results):]:
         model, model_tokenizer = load_causal_lm(path, args.dtype, args.trust_remote_code)
         model.to(device)
         with tqdm(total=len(prompts) * args.num_completions, desc=f"Generating with {path}") as progress:

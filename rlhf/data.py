@@ -259,18 +259,20 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
 
     dataset = dataset.map(format_row, desc="Formatting prompts")
 
-    def fits(row):
-        text = render_prompt(tokenizer, row["prompt"])
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"]) <= max_prompt_length
+    def length(row):
+        return len(tokenizer(render_prompt(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"])
 
-    kept = dataset.filter(fits, desc="Dropping over-long prompts")
+    kept = dataset.filter(lambda row: length(row) <= max_prompt_length, desc="Dropping over-long prompts")
     dropped = len(dataset) - len(kept)
     logger.info(
         "Dataset schema '%s': %d prompts kept, %d dropped as longer than %d tokens.",
         schema, len(kept), dropped, max_prompt_length,
     )
-    if len(kept) == 0:
-        raise UserError(f"every prompt is longer than --max_prompt_length {max_prompt_length}; raise it")
+    if len(kept) == 0:  # (--max_prompt_length may have been fitted to the model's context: say what fits)
+        shortest = min(length(row) for row in dataset)
+        raise UserError(f"every prompt is longer than --max_prompt_length {max_prompt_length} tokens (the shortest "
+                        f"has {shortest}); raise it to at least {shortest}, with the completion length, within the "
+                        "model's context")
     return kept, schema, dropped
 
 

@@ -323,6 +323,17 @@ def check_writable(output_file):
     os.unlink(probe)
 
 
+def interrupted_report(output_file, config):
+    """The report in `output_file` when an interrupted run with the same settings (`config`, as the report records
+    it) left it unfinished: its finished models need not be generated again. Else None."""
+    path = Path(output_file).expanduser()
+    if not is_report(path):
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    same = report["config"] == json.loads(json.dumps(config, default=str))
+    return report if same and not report["complete"] else None
+
+
 def is_report(path):
     """True when `path` holds an evaluation report (an earlier run's, which a new one replaces)."""
     try:

@@ -267,8 +267,9 @@ def model_context(config):
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_code=False):
-    """Lower a default --max_prompt_length that the model's context cannot hold beside --max_completion_length to
+def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_code=False,
+                      completion_flag="--max_completion_length"):
+    """Lower a default --max_prompt_length that the model's context cannot hold beside the completion length to
     what fits, in one `note:` line (the data's prompts are then judged by it: longer ones are dropped and counted when
     the data loads). A value the user gave is left as it is, for `check_policy` to refuse."""
     if "max_prompt_length" in vars(data_args).get("_given", ()):
@@ -282,7 +283,7 @@ def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_c
     old, data_args.max_prompt_length = data_args.max_prompt_length, fitted
     if is_main_process():
         print(f"note: --max_prompt_length {old} -> {fitted} ({name_or_path} has {context} positions, and "
-              f"--max_completion_length {completion_length} of them go to the completion)", flush=True)
+              f"{completion_flag} {completion_length} of them go to the completion)", flush=True)
 
 
 def check_policy(name_or_path, flag, lengths, trust_remote_code=False):

@@ -201,7 +201,8 @@ def test_a_causal_lm_given_as_the_ppo_reward_model_is_refused_before_the_run_sta
      "--max_prompt_length 20000 + --max_completion_length 8 = 2000"),
     ("train_ppo.py", ["--max_prompt_length", "512", "--max_completion_length", "1020"],
      "--max_prompt_length 512 + --max_completion_length 1020"),
-    ("evaluate_generations.py", ["--max_new_tokens", "600"], "--max_prompt_length 512 + --max_new_tokens 600 = 1112"),
+    ("evaluate_generations.py", ["--max_prompt_length", "512", "--max_new_tokens", "600"],
+     "--max_prompt_length 512 + --max_new_tokens 600 = 1112"),  # given: a default is fitted (test below)
 ])
 def test_lengths_beyond_the_models_context_are_refused(tiny_models, tmp_path, run_cli, script, flags, message):
     if script == "evaluate_generations.py":
@@ -468,3 +469,25 @@ def test_an_unreachable_hub_is_said_in_one_line_at_once_not_after_retries(tiny_m
                            + ("model HuggingFaceTB/smollm2-135M-SFT-Only" if what == "model"
                               else "dataset 'owner/some_prompts'"))
     assert "Retry" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "evaluate_generations.py"])
+def test_prompts_longer_than_a_fitted_length_are_refused_saying_what_fits(tiny_models, tmp_path, run_cli, script):
+    # 128 positions, 120 of them for the completion: the default --max_prompt_length is fitted to 8, and every prompt
+    # is longer. "raise it" alone would be refused in turn: the line says how long a prompt is and what must fit.
+    policy = short_context_policy(tiny_models, tmp_path / "short", positions=128)
+    if script == "train_grpo.py":
+        args = [*grpo_args(tiny_models, tmp_path / "out"), "--model_name_or_path", policy,
+                "--max_completion_length", "120"]
+        flag = "--max_completion_length"
+    else:
+        args = ["--model_path", policy, "--reward_model_name_or_path", tiny_models["reward_model"], "--dataset_name",
+                tiny_models["prompts"], "--train_samples", "0", "--max_new_tokens", "120", "--output_file",
+                tmp_path / "eval.json"]
+        flag = "--max_new_tokens"
+    result = run_cli(script, *args)
+    assert (f"note: --max_prompt_length 512 -> 8 ({policy} has 128 positions, and {flag} 120 of them go to the "
+            "completion)") in result.stdout
+    line = error_line(result)
+    assert line.startswith("error: every prompt is longer than --max_prompt_length 8 tokens (the shortest has ")
+    assert line.endswith("with the completion length, within the model's context")

@@ -344,6 +344,21 @@ def test_ctrl_c_saves_the_finished_models_marked_partial(tiny_models, tmp_path):
     (line,) = [line for line in stdout.splitlines() if "SIGINT" in line]
     assert f"partial results ({len(report['models'])} of 3 models) saved to {out}" in line
 
+    # The same command again evaluates the models left, and keeps the finished ones as they were: the report is
+    # that of one uninterrupted run.
+    finished = len(report["models"])
+    result = run_script("evaluate_generations.py", *args)
+    assert_ok(result)
+    assert (f"note: {finished} of 3 models already evaluated in {out} by an interrupted run with these settings: "
+            "kept, not generated again") in result.stdout
+    resumed = json.loads(out.read_text())
+    assert resumed["complete"] is True and "interrupted_by" not in resumed
+    assert resumed["models"][:finished] == report["models"]
+    whole = tmp_path / "whole.json"
+    assert_ok(run_script("evaluate_generations.py", *[whole if arg == out else arg for arg in args]))
+    uninterrupted = json.loads(whole.read_text())
+    assert resumed["models"] == uninterrupted["models"] and resumed["comparison"] == uninterrupted["comparison"]
+
 
 def test_a_reward_model_that_scores_nan_ends_in_one_line(tiny_models, tmp_path, run_cli):
     import torch
