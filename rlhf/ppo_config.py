@@ -22,8 +22,9 @@ from config import (
     at_least,
     change,
     check_sampling,
+    note,
 )
-from rlhf.processes import launched_processes, on_gpu
+from rlhf.processes import launched_engine, launched_processes, on_gpu
 
 
 @dataclass
@@ -263,4 +264,7 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
             raise ValueError(f"--num_mini_batches {self.num_mini_batches} conflicts with --prompts_per_rollout "
                              f"{self.prompts_per_rollout}, which sets it to {self.prompts_per_rollout // update}.")
         change(self, "num_mini_batches", self.prompts_per_rollout // update, "derived from --prompts_per_rollout")
+        if launched_engine() != "DEEPSPEED":  # said where given: TRL's PPO loop never clips (ours keeps it so)
+            note(self, "max_grad_norm", f"note: --max_grad_norm {self.max_grad_norm} does nothing here: PPO (as "
+                 "TRL's) clips gradients only under DeepSpeed, whose config takes it")
         super().__post_init__()

@@ -145,3 +145,11 @@ def test_the_hand_written_grpos_device_and_wandb_flags_run_as_written_and_say_wh
         assert line in lines
     with pytest.raises(UserError, match="--device tpu: give cpu"):
         grpo("--device", "tpu", "--output_dir", tmp_path)
+
+
+def test_ppo_says_that_max_grad_norm_does_nothing_outside_deepspeed(tmp_path, capsys):
+    ppo("--max_grad_norm", "0.5", "--output_dir", tmp_path)
+    assert ("note: --max_grad_norm 0.5 does nothing here: PPO (as TRL's) clips gradients only under DeepSpeed, whose "
+            "config takes it") in capsys.readouterr().out.splitlines()
+    ppo("--output_dir", tmp_path)  # not given: no news
+    assert "max_grad_norm" not in capsys.readouterr().out
