@@ -183,7 +183,7 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     target_kl: float | None = field(
         default=None,
         metadata={
-            "aliases": ["--target", "--target"],
+            "aliases": ["--target"],
             "help": "Adaptive KL: adjust kl_coef so that objective/kl (summed over a completion's tokens) stays near "
             "this value. None keeps kl_coef fixed (--target, the older TRL's name, works too)."
         },
