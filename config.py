@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from trl import ModelConfig, ScriptArguments
 
 from rlhf import processes
+from rlhf.engines import check_engine_launch
 from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf.processes import launched_processes
-from rlhf.run import check_engine_launch
 
 # Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
 # from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (docs/performance.md).

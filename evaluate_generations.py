@@ -44,6 +44,7 @@ from rlhf.evaluation import (
     scoring_record,
     summarize,
 )
+from rlhf.manifest import LIBRARIES, versions
 from rlhf.models import (
     check_model_source,
     check_policy,
@@ -55,7 +56,6 @@ from rlhf.models import (
 from rlhf.processes import on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
-from rlhf.run import LIBRARIES, versions
 
 
 def main(args, rewards):

@@ -114,7 +114,7 @@ TINY = {
 
 def run_stage(name, command, timings, folder=None):
     """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints."""
-    from rlhf.run import read_manifest
+    from rlhf.manifest import read_manifest
 
     print(f"\n=== {name} ===\n$ {' '.join(str(part) for part in command)}", flush=True)
     earlier_run = folder is not None and bool(read_manifest(folder))
@@ -158,8 +158,9 @@ def drop_checkpoints(name, folder):
     """
     import shutil
 
+    from rlhf.checkpoints import CHECKPOINT_RE
+    from rlhf.manifest import read_manifest
     from rlhf.report import note_checkpoints_deleted
-    from rlhf.run import CHECKPOINT_RE, read_manifest
 
     if not read_manifest(folder).get("finished_at"):
         return
@@ -211,7 +212,7 @@ def up_to_date(report, models):
 
     A finished run's manifest is written last, when its final model is saved.
     """
-    from rlhf.run import MANIFEST
+    from rlhf.manifest import MANIFEST
 
     manifests = [model / MANIFEST for model in models]
     return report.exists() and all(m.exists() and m.stat().st_mtime < report.stat().st_mtime for m in manifests)

@@ -350,7 +350,7 @@ class ReportNotWritten(UserError):
 def save_report(output_file, report):
     """Write the report atomically (a crash never leaves half a file). Should writing fail after all (a full disk),
     the results go to the temporary folder instead and the error says where: they are never lost."""
-    from rlhf.run import write_json
+    from rlhf.files import write_json
 
     path = Path(output_file).expanduser()
     try:

@@ -17,9 +17,10 @@ import sys
 
 from transformers import TrainerCallback
 
+from rlhf.checkpoints import last_checkpoint
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
+from rlhf.manifest import checkpoint_recorder
 from rlhf.processes import is_main_process
-from rlhf.run import checkpoint_recorder, last_checkpoint
 from rlhf.trl_compat import ScheduleFromResumedStep, close_progress_bar
 
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).

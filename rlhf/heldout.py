@@ -218,7 +218,7 @@ class HeldOutEvaluation(TrainerCallback):
         return cached["completions"] if cached.get("record") == json.loads(json.dumps(self._record())) else None
 
     def _save_baseline(self, output_dir):
-        from rlhf.run import write_json
+        from rlhf.files import write_json
 
         write_json(Path(output_dir) / BASELINE_FILE, {"record": self._record(), "completions": self.baseline})
 

@@ -121,7 +121,7 @@ class RunReport:
 
 def write_report(folder, report):
     """Write `run_report.json` and its markdown twin into `folder`, each replaced whole."""
-    from rlhf.run import write_json
+    from rlhf.files import write_json
 
     write_json(Path(folder) / REPORT_JSON, report)
     tmp = Path(folder) / (REPORT_MD + ".tmp")

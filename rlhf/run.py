@@ -1,29 +1,28 @@
-"""The output folder of a run: what a launch does with it, the run manifest, checkpoint discovery.
+"""What a launch does with its output folder (fresh, resume, continue, nothing to do) and the `TrainingRun` lifecycle.
 
-Nothing here deletes anything of the user's; `rlhf.lock` keeps a folder to one run. The manifest (`run_manifest.json`)
-says what produced the folder: the configuration, what `auto` and the machine resolved it to, library versions and git
-commit; each re-launch (resume) is appended to it, and each checkpoint keeps a copy, so that a checkpoint carries the
-settings that produced it.
+Nothing here deletes anything of the user's; `rlhf.lock` keeps a folder to one run, `rlhf.manifest` records what
+produced it, `rlhf.checkpoints` finds what to resume from.
 """
 
 import dataclasses
 import json
-import os
-import platform
-import re
-import subprocess
-import sys
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
+from rlhf.checkpoints import is_complete, last_checkpoint
 from rlhf.errors import NothingToDo, UserError
-from rlhf.lock import lock_output_dir, make_folder, release_locks
-from rlhf.processes import is_main_process, launched_processes, on_gpu
+from rlhf.lock import lock_output_dir, release_locks
+from rlhf.manifest import (
+    MANIFEST,
+    changed_flags,
+    config_sections,
+    mark_finished,
+    read_manifest,
+    record_launch,
+    resolved_settings,
+    versions,
+)
+from rlhf.processes import is_main_process
 
-MANIFEST = "run_manifest.json"
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
 # Files a run writes at the top of output_dir (save_pretrained, TRL's model card, Trainer's args). In a folder
 # that is not one of our runs, any of these already there belongs to the user and is never written over.
 RUN_FILES = (
@@ -31,31 +30,6 @@ RUN_FILES = (
     "adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
     "special_tokens_map.json", "chat_template.jinja", "README.md", "training_args.bin",
 )
-
-
-def last_checkpoint(output_dir):
-    """The newest complete `checkpoint-N` folder in `output_dir`, or None.
-
-    A checkpoint counts as complete once its `trainer_state.json` parses: the Trainer writes that file last,
-    after the weights, optimizer and RNG states, so a checkpoint cut short by a crash is never picked.
-    """
-    folder = Path(output_dir)
-    if not folder.is_dir():
-        return None
-    steps = sorted(
-        (int(m.group(1)), child)
-        for child in folder.iterdir()
-        if child.is_dir() and (m := CHECKPOINT_RE.match(child.name))
-    )
-    return next((checkpoint for _, checkpoint in reversed(steps) if _is_complete(checkpoint)), None)
-
-
-def _is_complete(checkpoint):
-    try:
-        json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return True
 
 
 # Flags that may differ between the launches of one run. How long it trains: raising it continues a finished run.
@@ -229,7 +203,7 @@ def _checkpoint_to_resume(folder, resume_from_checkpoint):
     if not resume_from_checkpoint:
         return last_checkpoint(folder)
     checkpoint = Path(resume_from_checkpoint)
-    if not _is_complete(checkpoint):
+    if not is_complete(checkpoint):
         raise UserError(
             f"--resume_from_checkpoint {checkpoint} is not a complete checkpoint (a checkpoint-N folder with its "
             "trainer_state.json); pass one, or drop the flag to resume from the newest checkpoint in --output_dir"
@@ -266,236 +240,8 @@ def _check_continues(folder, manifest, changes, checkpoint):
         )
 
 
-def config_sections(configs):
-    """The configs as the manifest stores them: {class name: {field: JSON value}}."""
-    return json.loads(json.dumps({type(c).__name__: _jsonable(c) for c in configs}, default=str))
-
-
-def changed_flags(old, new):
-    """{flag: [old value, new value]} for every field of `new` whose value differs from `old` (manifest sections).
-
-    Fields that `old` does not have (a flag added by a later version of this package) are not compared.
-    """
-    changes = {}
-    for section, values in new.items():
-        before = old.get(section, {})
-        for flag, value in values.items():
-            if flag in before and before[flag] != value:
-                changes[flag] = [before[flag], value]
-    return changes
-
-
 def _describe(changes):
     return ", ".join(f"--{flag} {new} (the run has {old})" for flag, (old, new) in changes.items())
-
-
-def resolved_settings(configs):
-    """What `auto` and the machine make of the configs: the dtypes the policy and the reward model load in, the
-    device type. Recorded in the manifest and compared on resume (`RESOLVED_COMPARED`)."""
-    from rlhf.models import resolve_dtype, reward_model_dtype
-
-    fields = {}
-    for config in configs:
-        for name in ("dtype", "model_name_or_path", "reward_model_dtype", "reward_model_name_or_path", "reward_funcs"):
-            if hasattr(config, name):
-                fields.setdefault(name, getattr(config, name))
-    training = next((config for config in configs if hasattr(config, "use_cpu")), None)
-    if training is None:
-        return {}
-    gpu = on_gpu(training.use_cpu)
-    resolved = {"device": "cuda" if gpu else "cpu"}
-    if "dtype" in fields:
-        resolved["dtype"] = resolve_dtype(fields["dtype"], fields.get("model_name_or_path"))
-    if "reward_model_dtype" in fields and "reward_model" in fields.get("reward_funcs", ["reward_model"]):
-        dtype = reward_model_dtype(fields["reward_model_dtype"], fields.get("dtype", "float32"), gpu)
-        resolved["reward_model_dtype"] = resolve_dtype(dtype, fields.get("reward_model_name_or_path"))
-    return resolved
-
-
-def _engine(configs):
-    """accelerate's distributed type and process count, from the TrainingArguments (which set accelerate up, as the
-    Trainer is about to). FSDP shows once the Trainer's Accelerator exists: `EngineRecorder` records what ran."""
-    training = next((config for config in configs if hasattr(type(config), "_setup_devices")), None)
-    if training is None:
-        return {}
-    device = training.device
-    state = training.distributed_state
-    kind = getattr(getattr(state, "distributed_type", None), "value", "NO")
-    return {"device": device.type, "distributed_type": kind, "num_processes": training.world_size}
-
-
-ENGINE_CONFIGS = "configs/accelerate/"
-
-
-def check_engine_launch():
-    """Refuse, before anything loads, a launch whose accelerate config would silently train as something else:
-    - FSDP without a CUDA GPU: accelerate 1.15 sets FSDP up on GPUs only; CPU processes would train as plain DDP;
-    - `accelerate launch --cpu` with a config of several processes or an engine: `--cpu` takes accelerate's
-      one-process launcher, which starts one process without the engine (the config's other settings ignored)."""
-    from rlhf import processes
-
-    if processes.launched_engine() == "FSDP" and not processes.cuda_available():
-        raise UserError(
-            f"{ENGINE_CONFIGS}fsdp.yaml (FSDP) needs CUDA GPUs: accelerate runs FSDP on GPUs only, and these CPU "
-            f"processes would train as plain DDP; on CPU use {ENGINE_CONFIGS}deepspeed_zero3.yaml (parameters "
-            "sharded) with DS_ACCELERATOR=cpu, see docs/multi-gpu.md"
-        )
-    config_file, config = _accelerate_config_of_cpu_launch()
-    if config and (config.get("distributed_type", "NO") != "NO" or int(config.get("num_processes", 1)) > 1):
-        raise UserError(
-            f"accelerate launch --cpu --config_file {config_file} started one process without its "
-            f"{config.get('distributed_type')} (--cpu takes accelerate's one-process launcher): drop --cpu; a machine "
-            "without a GPU trains on the CPU anyway (DeepSpeed: DS_ACCELERATOR=cpu), see docs/multi-gpu.md"
-        )
-
-
-def _accelerate_config_of_cpu_launch():
-    """(path, settings) of the `--config_file` of an `accelerate launch --cpu` that started this process alone; (None,
-    None) for any other start. accelerate's one-process launcher hands its config to no one: its command line says."""
-    import psutil
-    import yaml
-
-    if os.environ.get("ACCELERATE_USE_CPU", "").lower() != "true" or "WORLD_SIZE" in os.environ:
-        return None, None
-    try:
-        command = psutil.Process().parent().cmdline()
-    except (psutil.Error, AttributeError):
-        return None, None
-    launcher = any(part == "launch" or part.endswith("accelerate.commands.launch") for part in command)
-    if not launcher or "--config_file" not in command[:-1]:
-        return None, None
-    path = command[command.index("--config_file") + 1]
-    try:
-        return path, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return None, None
-
-
-def describe_engine(model):
-    """What accelerate made of the launch, seen on the prepared `model`: ({distributed_type, num_processes, what is
-    sharded}, one line to say). Sharded parameters are checked on the model itself (ZeRO-3: DeepSpeed's partitioned
-    parameters; FSDP2: DTensors); an engine the launcher asked for but accelerate did not set up is a UserError."""
-    from accelerate.state import AcceleratorState
-
-    from rlhf import processes
-
-    state = AcceleratorState()
-    kind, count = state.distributed_type.value, state.num_processes
-    asked = processes.launched_engine()
-    if asked and kind != asked:
-        raise UserError(f"accelerate launch asked for {asked} but accelerate set up {kind}; check the --config_file "
-                        "and see docs/multi-gpu.md")
-    parameters = list(model.parameters())
-    engine = {"distributed_type": kind, "num_processes": count, "sharded": []}
-    if kind == "DEEPSPEED":
-        stage = state.deepspeed_plugin.zero_stage
-        engine["zero_stage"] = stage
-        engine["sharded"] = ["optimizer state", "gradients", "parameters"][:stage]
-        name = f"DeepSpeed ZeRO-{stage}"
-    elif kind == "FSDP":
-        engine["fsdp_version"] = state.fsdp_plugin.fsdp_version
-        engine["sharded"] = ["optimizer state", "gradients", "parameters"]
-        name = f"FSDP{state.fsdp_plugin.fsdp_version}"
-    else:
-        name = "DDP" if count > 1 else "one process"
-    if "parameters" in engine["sharded"] and not all(_is_sharded(p) for p in parameters):
-        raise UserError(f"{name} was asked for, but the model's parameters are not sharded over the {count} "
-                        "processes; check the --config_file and see docs/multi-gpu.md")
-    if engine["sharded"]:
-        line = f"engine: {name} ({' and '.join(engine['sharded'])} sharded over {count} processes)"
-    else:
-        line = f"engine: {name}" + (f" ({count} processes, each with the whole model)" if count > 1 else "")
-    return engine, line
-
-
-def _is_sharded(parameter):
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(parameter, DTensor) or hasattr(parameter, "ds_id")  # FSDP2; DeepSpeed ZeRO-3
-
-
-def _record_engine(output_dir, model):
-    """Say which engine runs (main process) and record it in the manifest (`resolved.engine`, and this launch's),
-    checked on the prepared model (`describe_engine`)."""
-    engine, line = describe_engine(model)
-    manifest = read_manifest(output_dir)
-    if is_main_process() and manifest:
-        print(line, flush=True)
-        manifest["resolved"]["engine"] = engine
-        manifest["launches"][-1]["resolved"]["engine"] = engine
-        write_json(Path(output_dir) / MANIFEST, manifest)
-
-
-def checkpoint_recorder():
-    """A callback that copies the run manifest into each checkpoint as it is saved: a checkpoint copied elsewhere
-    still says which settings produced it (`--resume_from_checkpoint` compares them). As training begins, it records
-    which engine runs (`_record_engine`)."""
-    from transformers import TrainerCallback
-
-    class CheckpointRecorder(TrainerCallback):
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            _record_engine(args.output_dir, model)  # the model is prepared: accelerate has set its engine up
-
-        def on_save(self, args, state, control, **kwargs):
-            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            manifest = read_manifest(args.output_dir)
-            if is_main_process() and manifest and checkpoint.is_dir():
-                write_json(checkpoint / MANIFEST, manifest)
-
-    return CheckpointRecorder()
-
-
-def read_manifest(output_dir):
-    path = Path(output_dir) / MANIFEST
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def record_launch(output_dir, script, configs, launch=None):
-    """Create `output_dir` if needed and record this launch in its `run_manifest.json`, keeping earlier launches.
-
-    The manifest's `config` is the configuration in effect now; each launch says what it resumed from and which
-    flags it changed. An unwritable place is a `UserError`.
-    """
-    folder = Path(output_dir)
-    make_folder(folder)
-    resolved = {**resolved_settings(configs), **_engine(configs)}
-    if not is_main_process():
-        return None
-    launch = launch or Launch()
-    launches = read_manifest(folder).get("launches", [])
-    launches.append(
-        {
-            "started_at": _now(),
-            "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
-            "resumed_from": str(launch.checkpoint) if launch.checkpoint else None,
-            "changed": launch.changes,
-            "processes": launched_processes(),
-            "resolved": resolved,
-        }
-    )
-    manifest = {
-        "script": script,
-        "config": config_sections(configs),
-        "resolved": resolved,  # what `auto` and the machine made of it in this launch
-        "versions": versions(),
-        "git_commit": _git_commit(),
-        "launches": launches,
-        "finished_at": None,
-    }
-    write_json(folder / MANIFEST, manifest)
-    return manifest
-
-
-def mark_finished(output_dir, **extra):
-    """Mark the run finished (the final model is saved): the same command again has nothing to do."""
-    if not is_main_process():
-        return
-    manifest = read_manifest(output_dir)
-    manifest.update(finished_at=_now(), **extra)
-    write_json(Path(output_dir) / MANIFEST, manifest)
 
 
 def start_run(script, configs):
@@ -515,7 +261,7 @@ def _note_checkpoint_as_model(model, output_dir):
     """Say what a run's checkpoint given as the model does: a new run from its weights (a fresh optimizer and
     schedule, from step 0), not a continuation of that run, and how to get the other."""
     path = Path(model).expanduser() if model else None
-    if path is None or not _is_complete(path) or not is_main_process():
+    if path is None or not is_complete(path) or not is_main_process():
         return
     step = json.loads((path / "trainer_state.json").read_text(encoding="utf-8")).get("global_step")
     print(f"note: {model} is step {step} of the run in {path.parent}: this starts a new run in {output_dir} from its "
@@ -618,40 +364,3 @@ class TrainingRun:
             print(message, flush=True)
 
 
-def write_json(path, data):
-    # Write then rename, so a crash never leaves a half-written manifest.
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _jsonable(config):
-    if hasattr(config, "to_dict"):  # TrainingArguments hides tokens and serialises enums
-        return config.to_dict()
-    return dataclasses.asdict(config)
-
-
-def versions(libraries=LIBRARIES):
-    """Versions of Python and of the libraries that decide what training does."""
-    found = {"python": platform.python_version()}
-    for library in libraries:
-        try:
-            found[library] = metadata.version(library)
-        except metadata.PackageNotFoundError:
-            found[library] = None
-    return found
-
-
-def _git_commit():
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
-
-
-def _now():
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

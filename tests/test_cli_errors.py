@@ -385,7 +385,8 @@ def test_a_damaged_tokenizer_is_one_line(tiny_models, tmp_path, run_cli, content
 
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_reward_model.py"])
 def test_a_run_or_checkpoint_of_another_script_is_refused_and_kept(tiny_models, tmp_path, run_cli, script):
-    from rlhf.run import MANIFEST, write_json
+    from rlhf.files import write_json
+    from rlhf.manifest import MANIFEST
 
     other = tmp_path / "ppo_run"
     (other / "checkpoint-2").mkdir(parents=True)

@@ -157,8 +157,8 @@ def test_the_engine_asked_for_is_read_from_accelerates_launcher(monkeypatch):
 
 def test_fsdp_without_a_gpu_is_refused_before_anything_loads(monkeypatch):
     from rlhf import processes
+    from rlhf.engines import check_engine_launch
     from rlhf.errors import UserError
-    from rlhf.run import check_engine_launch
 
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setattr(processes, "cuda_available", lambda: False)

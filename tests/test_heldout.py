@@ -211,7 +211,8 @@ def test_the_verifier_accuracy_and_its_gain_on_held_out_math(tiny_models, tmp_pa
 def test_a_run_resumes_with_the_held_out_evaluation_turned_on_or_changed(tmp_path):
     from dataclasses import dataclass
 
-    from rlhf.run import prepare_output_dir, record_launch
+    from rlhf.manifest import record_launch
+    from rlhf.run import prepare_output_dir
     from test_run import make_checkpoint
 
     @dataclass

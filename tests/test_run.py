@@ -8,18 +8,12 @@ import pytest
 from transformers import TrainerState
 
 from rlhf import cli
+from rlhf.checkpoints import last_checkpoint
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import NonFiniteError, NothingToDo, UserError
 from rlhf.lock import release_locks
-from rlhf.run import (
-    changed_flags,
-    last_checkpoint,
-    mark_finished,
-    prepare_output_dir,
-    read_manifest,
-    record_launch,
-    start_run,
-)
+from rlhf.manifest import changed_flags, mark_finished, read_manifest, record_launch
+from rlhf.run import prepare_output_dir, start_run
 
 
 @dataclass
