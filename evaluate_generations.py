@@ -28,21 +28,14 @@ from config import EvalArguments, RewardArguments
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
-from rlhf.evaluation import (
-    Interrupted,
+from rlhf.evaluation import draw_prompts, generate, held_out_prompts, score
+from rlhf.evaluation_report import (
     ReportNotWritten,
-    StopOnSignal,
     check_writable,
-    compare,
-    draw_prompts,
     format_table,
-    generate,
-    held_out_prompts,
     interrupted_report,
     save_report,
-    score,
     scoring_record,
-    summarize,
 )
 from rlhf.manifest import LIBRARIES, versions
 from rlhf.models import (
@@ -56,6 +49,8 @@ from rlhf.models import (
 from rlhf.processes import on_gpu
 from rlhf.reward import REWARD_HINT, reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
+from rlhf.signals import Interrupted, StopOnSignal
+from rlhf.stats import compare, summarize
 
 
 def main(args, rewards):

@@ -298,7 +298,7 @@ def next_command(out, task):
 
 def summarize(out, args, evaluation, timings, trained):
     """Print the result and write it to quickstart_summary.json."""
-    from rlhf.evaluation import gain_interval, win_interval
+    from rlhf.evaluation_report import gain_interval, win_interval
 
     report = json.loads(evaluation.read_text())
     lines, summary = ["", "=== summary ==="], {"task": args.task, "seed": args.seed, "timings_s": timings}

@@ -19,6 +19,7 @@ from pathlib import Path
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
 from rlhf.lock import release_locks
 from rlhf.processes import is_main_process
+from rlhf.signals import abort, handle_stop_signals, restore
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
 
@@ -145,7 +146,7 @@ def exit_on_user_error(main):
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
-        sigterm = signal.signal(signal.SIGTERM, _interrupt)
+        sigterm = handle_stop_signals(abort, (signal.SIGTERM,))
         code = None  # the exit code, once known; None for a bug's traceback, which Python prints
         try:
             result = main(*args, **kwargs)
@@ -165,7 +166,7 @@ def exit_on_user_error(main):
             code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
             raise
         finally:
-            signal.signal(signal.SIGTERM, sigterm)
+            restore(sigterm)
             release_locks()  # every way out (done, refused, interrupted, NaN) frees the output folder
             if _close_process_group() and code is not None:
                 _exit_now(code)
@@ -200,10 +201,6 @@ def _exit_now(code):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def parse_args(dataclass_types, args=None, description=None):

@@ -21,6 +21,7 @@ from rlhf.checkpoints import last_checkpoint
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
 from rlhf.manifest import checkpoint_recorder
 from rlhf.processes import is_main_process
+from rlhf.signals import handle_stop_signals, restore
 from rlhf.trl_compat import ScheduleFromResumedStep, close_progress_bar
 
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
@@ -100,7 +101,7 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
         trainer.add_callback(ScheduleFromResumedStep())
     if resume_from and is_main_process():
         print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
-    handlers = {sig: signal.signal(sig, guard.request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handlers = handle_stop_signals(guard.request_stop)
     try:
         if train is not None:
             train()
@@ -138,5 +139,4 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
               file=sys.stderr)
         sys.exit(NON_FINITE_EXIT_CODE)
     finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        restore(handlers)

@@ -13,6 +13,8 @@ threshold, and it raises no alarm. docs/health.md says what each alarm means and
 import dataclasses
 import math
 
+from rlhf.stats import correlation
+
 # How many consecutive logs a level must hold before it counts: one noisy batch is not a trend.
 WINDOW = 3
 # Completions cut off: share of completions that reached --max_completion_length without EOS
@@ -81,19 +83,6 @@ def sustained(values, threshold, window, below=False):
         return False
     last = values[-window:]
     return all(v < threshold for v in last) if below else all(v > threshold for v in last)
-
-
-def correlation(xs, ys):
-    """Pearson correlation of two equal-length sequences; None when either does not vary (or fewer than 3 points)."""
-    n = len(xs)
-    if n < 3 or n != len(ys):
-        return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
-    if sxx <= 0 or syy <= 0:
-        return None
-    return sxy / math.sqrt(sxx * syy)
 
 
 def slope(values):

@@ -9,19 +9,8 @@ import pytest
 from conftest import assert_ok, error_line, run_script, start_script, wait_for
 from rlhf import tiny
 from rlhf.errors import UserError
-from rlhf.evaluation import (
-    bootstrap_interval,
-    check_writable,
-    compare,
-    format_table,
-    gain_interval,
-    interval_bound,
-    pearson,
-    prompt_win_scores,
-    rank_labels,
-    summarize,
-    win_interval,
-)
+from rlhf.evaluation_report import check_writable, format_table, gain_interval, interval_bound, win_interval
+from rlhf.stats import bootstrap_interval, compare, correlation, prompt_win_scores, rank_labels, summarize
 
 
 def test_ranks_best_medium_worst():
@@ -73,7 +62,7 @@ def test_summary_and_length_correlation():
     assert summary["mean_length"] == 20.0 and summary["eos_rate"] == pytest.approx(2 / 3)
     assert summary["reward_length_correlation"] == pytest.approx(1.0)
     assert "verifier_accuracy" not in summary  # no verifier, no verifier figures
-    assert pearson([1, 1, 1], [1, 2, 3]) is None
+    assert correlation([1, 1, 1], [1, 2, 3]) is None
 
 
 def verdicts(*per_prompt):
@@ -120,7 +109,7 @@ def test_draw_prompts_is_seeded_and_keeps_each_rows_number():
 
 def test_scoring_record_names_every_reward_and_the_verifier_settings():
     from config import RewardArguments
-    from rlhf.evaluation import scoring_record
+    from rlhf.evaluation_report import scoring_record
 
     rewards = RewardArguments(reward_funcs=["reward_model", "boxed_answer", "my_rewards.brevity"],
                               reward_model_name_or_path="./rm", boxed_wrong_reward=-2.0)
@@ -135,7 +124,7 @@ def test_scoring_record_names_every_reward_and_the_verifier_settings():
 
 
 def test_report_that_cannot_be_written_is_saved_elsewhere_and_said(tmp_path):
-    from rlhf.evaluation import save_report
+    from rlhf.evaluation_report import save_report
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -285,7 +274,7 @@ def test_prompt_rows_name_the_rows_evaluated_when_prompts_are_dropped(tiny_model
 
 
 def test_a_signal_that_lands_in_a_finalizer_is_kept_for_the_next_check(monkeypatch):
-    from rlhf.evaluation import Interrupted, StopOnSignal
+    from rlhf.signals import Interrupted, StopOnSignal
 
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)  # where Python reports what a finalizer raised
@@ -306,7 +295,7 @@ def test_a_signal_that_lands_in_a_weakref_callback_is_kept_for_the_next_check(mo
     """As a finalizer: a weakref callback (WeakValueDictionary's `remove`, `weakref.finalize`) drops what it raises."""
     import weakref
 
-    from rlhf.evaluation import Interrupted, StopOnSignal
+    from rlhf.signals import Interrupted, StopOnSignal
 
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)

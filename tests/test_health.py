@@ -7,7 +7,8 @@ import pytest
 
 from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars
 from rlhf import health, tiny
-from rlhf.health import HealthMonitor, correlation, length_hacking, slope, sustained
+from rlhf.health import HealthMonitor, length_hacking, slope, sustained
+from rlhf.stats import correlation
 from test_report import assert_report
 
 

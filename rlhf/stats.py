@@ -1,0 +1,127 @@
+"""The statistics of this package, pure functions of lists of numbers (unit-tested on their own): summaries of a
+model's completions, comparisons with a baseline (win rate under the reward, verifier accuracy gain) with bootstrap
+intervals over prompts, and a correlation (the evaluation's reward-length figure, the health check's length hacking).
+
+The prompt is the unit every interval resamples: the completions of one prompt are not independent of each other.
+"""
+
+import math
+import random
+import statistics
+
+TIE_TOLERANCE = 1e-6
+
+
+
+def rank_labels(rewards):
+    """BEST for the highest reward of a prompt's completions, WORST for the lowest, MEDIUM for the rest.
+
+    Ties keep the completions' order (the first of equal rewards ranks higher). One completion is BEST.
+    """
+    order = sorted(range(len(rewards)), key=lambda i: -rewards[i])
+    labels = ["MEDIUM"] * len(rewards)
+    if order:
+        labels[order[0]] = "BEST"
+    if len(order) > 1:
+        labels[order[-1]] = "WORST"
+    return labels
+
+
+def correlation(xs, ys):
+    """Pearson correlation of two equal-length sequences; None when either does not vary (or fewer than 3 points)."""
+    n = len(xs)
+    if n < 3 or n != len(ys):
+        return None
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    cov = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
+    var_x, var_y = sum((x - mean_x) ** 2 for x in xs), sum((y - mean_y) ** 2 for y in ys)
+    if var_x <= 0 or var_y <= 0:
+        return None
+    return cov / math.sqrt(var_x * var_y)
+
+
+def bootstrap_interval(values, num_resamples=2000, confidence=0.95, seed=0):
+    """Percentile bootstrap interval of the mean of `values`, resampling them with replacement."""
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(num_resamples))
+    tail = (1.0 - confidence) / 2.0
+    low = means[int(math.floor(tail * (num_resamples - 1)))]
+    high = means[int(math.ceil((1.0 - tail) * (num_resamples - 1)))]
+    return low, high
+
+
+def summarize(prompts, seed=0):
+    """Summary of one model's completions, given per prompt (lists of dicts with `reward`, `num_tokens`,
+    `ended_with_eos`, and `verdict` when the math verifier scored them)."""
+    completions = [c for cs in prompts for c in cs]
+    rewards = [c["reward"] for c in completions]
+    lengths = [c["num_tokens"] for c in completions]
+    summary = {
+        "num_completions": len(completions),
+        "mean_reward": statistics.fmean(rewards),
+        "std_reward": statistics.pstdev(rewards),
+        "min_reward": min(rewards),
+        "max_reward": max(rewards),
+        "mean_length": statistics.fmean(lengths),
+        "eos_rate": sum(c["ended_with_eos"] for c in completions) / len(completions),
+        # Reward rising with length alone is a warning sign of length hacking.
+        "reward_length_correlation": correlation(lengths, rewards),
+    }
+    if "verdict" in completions[0]:
+        accuracy = prompt_shares(prompts, "correct")
+        low, high = bootstrap_interval(accuracy, seed=seed)
+        summary.update(
+            format_rate=statistics.fmean(prompt_shares(prompts, "correct", "wrong", "timeout")),
+            verifier_accuracy=statistics.fmean(accuracy),
+            verifier_accuracy_ci_low=low,
+            verifier_accuracy_ci_high=high,
+            verifier_timeouts=sum(c["verdict"] == "timeout" for c in completions),
+        )
+    return summary
+
+
+def prompt_shares(prompts, *verdicts):
+    """Per prompt, the share of its completions whose verifier verdict is one of `verdicts`."""
+    return [sum(c["verdict"] in verdicts for c in cs) / len(cs) for cs in prompts]
+
+
+def prompt_win_scores(model_rewards, baseline_rewards):
+    """Per prompt, the share of (model, baseline) completion pairs the model wins; a tie counts half.
+
+    Both arguments are lists (one entry per prompt) of the rewards of that prompt's completions.
+    """
+    scores = []
+    for ours, theirs in zip(model_rewards, baseline_rewards, strict=True):
+        pairs = [(a, b) for a in ours for b in theirs]
+        scores.append(sum(0.5 if abs(a - b) <= TIE_TOLERANCE else float(a > b) for a, b in pairs) / len(pairs))
+    return scores
+
+
+def compare(model_prompts, baseline_prompts, seed=0):
+    """A model against the baseline on the same prompts (completions per prompt, as `summarize` takes them).
+
+    - `win_rate`: per prompt, the share of (model, baseline) completion pairs won under the reward (ties half),
+      averaged over prompts; `ci_low`/`ci_high`: its 95% bootstrap interval over prompts; `mean_reward_delta`.
+    - With the verifier: `accuracy_delta`, the gain in verifier accuracy, with a paired 95% bootstrap interval
+      (`accuracy_delta_ci_low`/`_high`): the per-prompt differences are resampled, prompts being shared.
+    """
+    def rewards(prompts):
+        return [[c["reward"] for c in cs] for cs in prompts]
+
+    scores = prompt_win_scores(rewards(model_prompts), rewards(baseline_prompts))
+    low, high = bootstrap_interval(scores, seed=seed)
+    flat = [r for rs in rewards(model_prompts) for r in rs]
+    flat_baseline = [r for rs in rewards(baseline_prompts) for r in rs]
+    result = {
+        "win_rate": statistics.fmean(scores),
+        "ci_low": low,
+        "ci_high": high,
+        "mean_reward_delta": statistics.fmean(flat) - statistics.fmean(flat_baseline),
+    }
+    if "verdict" in model_prompts[0][0]:
+        deltas = [ours - theirs for ours, theirs in zip(prompt_shares(model_prompts, "correct"),
+                                                         prompt_shares(baseline_prompts, "correct"), strict=True)]
+        low, high = bootstrap_interval(deltas, seed=seed)
+        result.update(accuracy_delta=statistics.fmean(deltas), accuracy_delta_ci_low=low, accuracy_delta_ci_high=high)
+    return result
