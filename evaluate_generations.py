@@ -25,48 +25,29 @@ import logging
 import sys
 
 from config import EvalArguments, RewardArguments
+from rlhf import preflight
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
 from rlhf.evaluation import draw_prompts, generate, held_out_prompts, score
 from rlhf.evaluation_report import (
     ReportNotWritten,
-    check_writable,
     format_table,
     interrupted_report,
     save_report,
     scoring_record,
 )
 from rlhf.manifest import LIBRARIES, versions
-from rlhf.models import (
-    check_model_source,
-    check_policy,
-    fit_prompt_length,
-    load_causal_lm,
-    load_tokenizer,
-    reward_model_dtype,
-)
+from rlhf.models import load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.processes import on_gpu
-from rlhf.reward import REWARD_HINT, reward_model_scorer
-from rlhf.reward_funcs import check_reward_columns, check_reward_weights, load_reward_funcs
+from rlhf.reward import reward_model_scorer
+from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
 from rlhf.signals import Interrupted, StopOnSignal
 from rlhf.stats import compare, summarize
 
 
 def main(args, rewards):
-    if not args.model_path:
-        raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
-    for path in args.model_path:  # one prompt length for all: fitted to the shortest context where defaulted
-        check_model_source(path, "model", "--model_path")
-        fit_prompt_length(path, args, args.max_new_tokens, args.trust_remote_code, "--max_new_tokens")
-    for path in args.model_path:
-        check_policy(path, "--model_path", {"--max_prompt_length": args.max_prompt_length,
-                                            "--max_new_tokens": args.max_new_tokens}, args.trust_remote_code)
-    if "reward_model" in rewards.reward_funcs:
-        check_model_source(rewards.reward_model_name_or_path, "reward model", "--reward_model_name_or_path",
-                           REWARD_HINT)
-    check_reward_weights(args.reward_weights, rewards.reward_funcs)
-    check_writable(args.output_file)
+    preflight.evaluation(args, rewards)  # every check before any model loads
 
     # The report fills in as models finish and is saved after each: Ctrl-C, SIGTERM or an error keeps them.
     report = {"complete": False, "config": {}, "models": [], "comparison": []}

@@ -17,49 +17,21 @@ import functools
 import logging
 
 from config import ModelArguments, PromptDataArguments, RewardArguments, Sampling
-from rlhf.cli import UserError, exit_on_user_error, parse_args
+from rlhf import preflight
+from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.grpo_config import GRPOTrainingConfig
-from rlhf.models import (
-    check_lora_targets,
-    check_model_source,
-    check_policy,
-    check_precision,
-    check_quantization,
-    fit_prompt_length,
-    load_tokenizer,
-    peft_config,
-    reward_model_dtype,
-    trainable_model_path,
-    trained_model_kwargs,
-)
+from rlhf.models import load_tokenizer, peft_config, reward_model_dtype, trainable_model_path, trained_model_kwargs
 from rlhf.processes import is_main_process, on_gpu
-from rlhf.reward import REWARD_HINT, reward_model_scorer
-from rlhf.reward_funcs import check_reward_columns, check_reward_funcs, check_reward_weights, load_reward_funcs
+from rlhf.reward import reward_model_scorer
+from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
 from rlhf.run import start_run
 
 
 def main(model_args, data_args, reward_args, training_args):
     configs = (model_args, data_args, reward_args, training_args)
-    # Checks that cost nothing come before any weights are loaded or any folder is created.
-    check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
-    fit_prompt_length(model_args.model_name_or_path, data_args, training_args.max_completion_length,
-                      training_args.trust_remote_code)
-    lengths = {"--max_prompt_length": data_args.max_prompt_length,
-               "--max_completion_length": training_args.max_completion_length}
-    policy = check_policy(model_args.model_name_or_path, "--model_name_or_path", lengths,
-                          training_args.trust_remote_code)
-    check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
-    if "reward_model" in reward_args.reward_funcs:
-        check_model_source(reward_args.reward_model_name_or_path, "reward model", "--reward_model_name_or_path",
-                           REWARD_HINT)
-    check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
-    check_reward_funcs(reward_args.reward_funcs)  # a user's module imports, its signature can be called
-    check_quantization(model_args)
-    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
+    preflight.grpo(*configs)  # every check before any weights load or any folder is taken
     scorer_dtype = reward_model_dtype(reward_args.reward_model_dtype, model_args.dtype, on_gpu(training_args.use_cpu))
-    if training_args.use_vllm:
-        _check_vllm_installed()
     # The policy is passed by name so that TRL loads the frozen reference copy (beta > 0) the same way.
     training_args.model_init_kwargs = trained_model_kwargs(model_args, training_args.trust_remote_code)
     run = start_run("train_grpo.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
@@ -117,13 +89,6 @@ def main(model_args, data_args, reward_args, training_args):
     run.save(trainer, tokenizer)
     run.finish(trainer, f"Saved the final {'adapter' if model_args.use_peft else 'model'} to "
                f"{training_args.output_dir}.")
-
-
-def _check_vllm_installed():
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        raise UserError("--use_vllm needs vLLM (Linux + CUDA): pip install -r requirements-vllm.txt, or drop the flag")
 
 
 @exit_on_user_error

@@ -21,53 +21,25 @@ it has nothing to do, and with a higher --total_episodes (or --num_train_epochs)
 import logging
 
 from config import PromptDataArguments, Sampling
+from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
-from rlhf.models import (
-    check_lora_targets,
-    check_model_source,
-    check_policy,
-    check_precision,
-    check_quantization,
-    fit_prompt_length,
-    load_tokenizer,
-    peft_config,
-)
+from rlhf.models import peft_config
 from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 from rlhf.processes import is_main_process
-from rlhf.reward import check_reward_model, check_value_model, ensure_distinct_pad
-from rlhf.reward_funcs import check_reward_columns, check_reward_funcs, check_reward_weights, load_reward_funcs
+from rlhf.reward import ensure_distinct_pad
+from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
 from rlhf.run import start_run
 
 
 def main(model_args, data_args, training_args):
     # Imported here, inside cli(): after the flags are parsed, so that --help and a flag's error come at once.
-    from rlhf.ppo import PPORewards, check_same_tokenizer, load_ppo_models, value_model_source
+    from rlhf.ppo import PPORewards, load_ppo_models
     from rlhf.ppo_trainer import VALUE_MODEL_DIR, PPOTrainer
 
     configs = (model_args, data_args, training_args)
-    # Checks that cost nothing come before any weights are loaded or any folder is created.
-    policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_name_or_path
-    value_path = value_model_source(training_args, policy_path)
+    tokenizer = preflight.ppo(*configs)  # every check before any weights load or any folder is taken
     reward_funcs = training_args.reward_funcs
-    check_model_source(policy_path, "model", "--model_name_or_path")
-    fit_prompt_length(policy_path, data_args, training_args.max_completion_length, training_args.trust_remote_code)
-    lengths = {"--max_prompt_length": data_args.max_prompt_length,
-               "--max_completion_length": training_args.max_completion_length}
-    policy = check_policy(policy_path, "--model_name_or_path", lengths, training_args.trust_remote_code)
-    check_lora_targets(model_args, policy, trust_remote_code=training_args.trust_remote_code)
-    check_reward_weights(training_args.reward_weights, reward_funcs)
-    check_reward_funcs(reward_funcs)  # a user's module imports, its signature can be called
-    if "reward_model" in reward_funcs:
-        check_reward_model(reward_path, training_args.trust_remote_code)
-    check_value_model(value_path, training_args.trust_remote_code)
-    check_quantization(model_args)
-    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
-    tokenizer = load_tokenizer(policy_path, training_args.trust_remote_code)
-    if "reward_model" in reward_funcs:  # it reads the policy's token ids; the other functions read text
-        check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_name_or_path",
-                             training_args.trust_remote_code)
-    check_same_tokenizer(tokenizer, value_path, "value model", "--value_model_path", training_args.trust_remote_code)
     run = start_run("train_ppo.py", configs)  # the output folder: fresh, resume, continue, or nothing to do
     resume_from = run.checkpoint
 
@@ -122,6 +94,7 @@ def main(model_args, data_args, training_args):
     if training_args.eval_prompts:  # scored by the rewards PPO trains on
         from rlhf.reward import RewardModelScorer
 
+        reward_path = training_args.reward_model_name_or_path
         scorers = [RewardModelScorer(func, tokenizer, reward_path) if name == "reward_model" else func
                    for name, func in zip(reward_funcs, functions)]
         heldout.attach(trainer, lambda: trainer.trained_policy, tokenizer, held_out, scorers,

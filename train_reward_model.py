@@ -17,19 +17,10 @@ import logging
 from pathlib import Path
 
 from config import ModelArguments, PreferenceDataArguments
+from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
-from rlhf.models import (
-    check_lora_targets,
-    check_model_source,
-    check_precision,
-    check_quantization,
-    load_tokenizer,
-    model_config,
-    peft_config,
-    trainable_model_path,
-    trained_model_kwargs,
-)
+from rlhf.models import load_tokenizer, peft_config, trainable_model_path, trained_model_kwargs
 from rlhf.processes import is_main_process
 from rlhf.reward import ensure_distinct_pad, held_out_accuracy, held_out_size, save_reward_model, tokenize_pairs
 from rlhf.reward_config import RewardTrainingConfig
@@ -40,11 +31,7 @@ ACCURACY_FILE = "reward_accuracy.json"
 
 def main(model_args, data_args, training_args):
     configs = (model_args, data_args, training_args)
-    check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
-    check_lora_targets(model_args, model_config(model_args.model_name_or_path, training_args.trust_remote_code),
-                       "SEQ_CLS", training_args.trust_remote_code)
-    check_quantization(model_args)
-    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
+    preflight.reward_model(model_args, training_args)  # every check before any weights load or any folder is taken
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code, padding_side="right")
     ensure_distinct_pad(tokenizer)  # the score is read at the final EOS, so EOS must not count as padding
     training_args.model_init_kwargs = trained_model_kwargs(model_args, training_args.trust_remote_code,

@@ -9,10 +9,10 @@ that pad with EOS (SmolLM2's do) get `<|endoftext|>` or their unknown token as p
 import math
 from pathlib import Path
 
+from rlhf.checks import check_model_source
 from rlhf.errors import NonFiniteError, UserError, first_line
 from rlhf.models import (
     adapter_base,
-    check_model_source,
     load_sequence_classifier,
     loadable,
     model_config,

@@ -71,8 +71,9 @@ def test_qlora_needs_bitsandbytes_and_builds_an_nf4_config(monkeypatch):
     import torch
 
     from config import ModelArguments
+    from rlhf.checks import check_quantization
     from rlhf.errors import UserError
-    from rlhf.models import check_quantization, trained_model_kwargs
+    from rlhf.models import trained_model_kwargs
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     real_find_spec = importlib.util.find_spec
@@ -263,7 +264,8 @@ def _adapter(tiny_models, folder, base):
 def test_an_adapter_with_a_relative_base_loads_from_any_folder(tiny_models, tmp_path, monkeypatch, adapter, base):
     import shutil
 
-    from rlhf.models import check_model_source, load_causal_lm
+    from rlhf.checks import check_model_source
+    from rlhf.models import load_causal_lm
 
     shutil.copytree(tiny_models["policy"], tmp_path / "work" / "models" / "policy")
     adapter = _adapter(tiny_models, tmp_path / "work" / adapter, base)

@@ -126,7 +126,7 @@ def loading_whole():
     partitions every model as it loads (`deepspeed.zero.Init` while `transformers.integrations.deepspeed.
     is_deepspeed_zero3_enabled()`), which only a DeepSpeed engine can run. A frozen model that no engine wraps (GRPO's
     reward model scorer, `rlhf.reward.reward_model_scorer`) then fails at its first forward (`RuntimeError: 'weight'
-    must be 2-D`), and an empty one on the meta device (`rlhf.models.check_lora_targets`) as it is built
+    must be 2-D`), and an empty one on the meta device (`rlhf.checks.check_lora_targets`) as it is built
     (`NotImplementedError: Cannot copy out of meta tensor`). Inside this block, transformers' DeepSpeed config is
     unset.
     """
