@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig, ScriptArguments
 
-from rlhf import processes
-from rlhf.engines import check_engine_launch
+from rlhf.engines import resolve_machine
 from rlhf.models import DEFAULT_LORA_TARGETS
-from rlhf.processes import launched_processes
 
 # Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
 # from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (docs/performance.md).
@@ -292,22 +290,13 @@ class RunDefaults:
     EVAL_DATASET = False
 
     def __post_init__(self):
-        check_engine_launch()
-        if launched_processes() > 1 and not self.use_cpu and not processes.cuda_available():
-            if processes.launched_engine() == "DEEPSPEED":
-                # DeepSpeed on CPU processes (DS_ACCELERATOR=cpu): accelerate keeps DeepSpeed off its CPU path
-                # (use_cpu would train as plain DDP), and its other path finds no backend without a GPU unless told.
-                if self.ddp_backend is None:
-                    change(self, "ddp_backend", "gloo", "DeepSpeed on CPU processes: they talk over gloo", always=True)
+        # What the machine and the launcher decide (rlhf/engines.py), here because transformers sets its devices up
+        # from these fields in the __post_init__ below.
+        for name, value, why, always in resolve_machine(self):
+            if why:
+                change(self, name, value, why, always)
             else:
-                # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without
-                # use_cpu, transformers starts no process group and every process would train alone on all the data.
-                change(self, "use_cpu", True, "several processes and no GPU: each trains its share on the CPU",
-                       always=True)
-        if self.tf32 is None:
-            self.tf32 = _cuda_supports_tf32() and not self.use_cpu
-        if not processes.cuda_available() and self.dataloader_pin_memory:
-            change(self, "dataloader_pin_memory", False, "pinned memory helps a GPU only, and there is none")
+                setattr(self, name, value)
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
         if getattr(self, "temperature", 1.0) <= 0:  # PPO's; GRPO's is checked with top_p
@@ -495,9 +484,3 @@ def _bf16_available() -> bool:
     from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 
     return is_torch_bf16_gpu_available() or is_torch_xla_available()
-
-
-def _cuda_supports_tf32() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8  # Ampere and newer

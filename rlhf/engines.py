@@ -107,3 +107,35 @@ def _is_sharded(parameter):
     from torch.distributed.tensor import DTensor
 
     return isinstance(parameter, DTensor) or hasattr(parameter, "ds_id")  # FSDP2; DeepSpeed ZeRO-3
+
+
+def resolve_machine(training):
+    """What the launch makes of the machine, in one place, before transformers sets its devices up from `training`
+    (the training arguments): [(field, value, why, said always)], `why` None for a value set without a note.
+    Refuses an engine launch that would train as something else (`check_engine_launch`)."""
+    from rlhf import processes
+
+    check_engine_launch()
+    changes = []
+    if processes.launched_processes() > 1 and not training.use_cpu and not processes.cuda_available():
+        if processes.launched_engine() == "DEEPSPEED":
+            # DeepSpeed on CPU processes (DS_ACCELERATOR=cpu): accelerate keeps DeepSpeed off its CPU path
+            # (use_cpu would train as plain DDP), and its other path finds no backend without a GPU unless told.
+            if training.ddp_backend is None:
+                changes.append(("ddp_backend", "gloo", "DeepSpeed on CPU processes: they talk over gloo", True))
+        else:
+            # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without use_cpu,
+            # transformers starts no process group and every process would train alone on all the data.
+            changes.append(("use_cpu", True, "several processes and no GPU: each trains its share on the CPU", True))
+    use_cpu = training.use_cpu or any(name == "use_cpu" for name, *_ in changes)
+    if training.tf32 is None:  # on where the GPU has it (Ampere and newer)
+        changes.append(("tf32", _cuda_supports_tf32() and not use_cpu, None, False))
+    if not processes.cuda_available() and training.dataloader_pin_memory:
+        changes.append(("dataloader_pin_memory", False, "pinned memory helps a GPU only, and there is none", False))
+    return changes
+
+
+def _cuda_supports_tf32():
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8

@@ -1,7 +1,7 @@
 import pytest
 
-import config
 from config import ModelArguments, PromptDataArguments, RewardArguments
+from rlhf import engines
 from rlhf.cli import UserError, parse_args
 from rlhf.grpo_config import GRPOTrainingConfig
 from rlhf.models import reward_model_dtype
@@ -26,7 +26,7 @@ def test_defaults_follow_the_seeds():
     assert (train.learning_rate, train.lr_scheduler_type.value, train.num_train_epochs) == (5e-6, "cosine", 3.0)
     assert (train.epsilon, train.save_total_limit, train.gradient_checkpointing) == (0.2, 2, True)
     assert train.report_to == ["tensorboard"]
-    assert train.bf16 is False and train.tf32 is config._cuda_supports_tf32()  # TF32 where the GPU has it
+    assert train.bf16 is False and train.tf32 is engines._cuda_supports_tf32()  # TF32 where the GPU has it
 
 
 def test_four_prompts_of_four_completions_per_optimizer_step():
@@ -271,7 +271,7 @@ def on_a_gpu(monkeypatch, gpu=True):
     from rlhf import processes
 
     monkeypatch.setattr(processes, "cuda_available", lambda: gpu)
-    monkeypatch.setattr(config, "_cuda_supports_tf32", lambda: gpu)
+    monkeypatch.setattr(engines, "_cuda_supports_tf32", lambda: gpu)
     monkeypatch.setattr(transformers.training_args, "is_torch_tf32_available", lambda: gpu)
     monkeypatch.setattr(transformers.training_args, "enable_tf32", lambda enable: None)
 
@@ -492,7 +492,7 @@ def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch
     assert notes("--num_mini_batches", "1", "--prompts_per_rollout", "8", "--per_device_train_batch_size", "2",
                  types=ppo) == ["note: --num_mini_batches 1 -> 4 (derived from --prompts_per_rollout)"]
     # Several processes on a CPU: said although the user set nothing; once, by the main process.
-    monkeypatch.setattr(config, "launched_processes", lambda: 2)  # (WORLD_SIZE=2 would start a process group)
+    monkeypatch.setattr("rlhf.processes.launched_processes", lambda: 2)  # (WORLD_SIZE=2 would start a process group)
     assert notes() == [
         "note: --use_cpu false -> true (several processes and no GPU: each trains its share on the CPU)"]
     import rlhf.cli
