@@ -5,11 +5,9 @@ one line on stderr that names the value and the fix, with exit code 2 and no tra
 """
 
 import argparse
-import atexit
 import dataclasses
 import difflib
 import functools
-import logging
 import math
 import os
 import signal
@@ -169,7 +167,9 @@ def exit_on_user_error(main):
             restore(sigterm)
             release_locks()  # every way out (done, refused, interrupted, NaN) frees the output folder
             if _close_process_group() and code is not None:
-                _exit_now(code)
+                from rlhf.trl_compat import exit_now  # (torch is loaded already: there is a process group)
+
+                exit_now(code)
         sys.exit(code)
 
     return wrapper
@@ -184,23 +184,6 @@ def _close_process_group():
     return True
 
 
-def _exit_now(code):
-    """End a process of a multi-process run with `code`, after the exit handlers but without interpreter shutdown.
-
-    Shutdown aborted finished runs on 2 CPU cores ("terminate called without an active exception", SIGABRT, after
-    the model was saved; 1 of 172 two-process GRPO runs, 2 of 95 runs of a 20-line DDP script whose rank 0 ends 2 s
-    later, 0 of 40 of that script ending as here), destroyed process group or not: DDP and DeepSpeed keep the gloo
-    process group alive, a gloo worker thread that drops its last collective must take the GIL to release a Python
-    object it holds, and a thread that asks for the GIL during shutdown is ended through a C++ destructor that cannot
-    unwind (core dump: `ProcessGroupGloo::runLoop` > `~AsyncAllreduceWork` > `~ThreadLocalState` >
-    `gil_scoped_acquire` > `pthread_exit`; pytorch#179291). Nothing is left for shutdown to do: the exit handlers
-    run here, the streams are flushed, and the process ends.
-    """
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def parse_args(dataclass_types, args=None, description=None):

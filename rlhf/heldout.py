@@ -194,15 +194,12 @@ class HeldOutEvaluation(TrainerCallback):
     def _log(self, args, state, metrics, seconds):
         """Into `state.log_history` (with the step), the reporting integrations (TensorBoard: `eval/...`), and one
         console line."""
-        from transformers.integrations import INTEGRATION_TO_CALLBACK
+        from rlhf.trl_compat import log_to_reporters
 
         state.log_history.append({**metrics, "step": state.global_step})
         # transformers' reporters write a key `eval_x` as `eval/x` (the Trainer's own evaluation metrics).
         logs = {f"eval_{name.removeprefix('eval/')}": value for name, value in metrics.items()}
-        reporters = tuple(INTEGRATION_TO_CALLBACK.values())
-        for callback in self.trainer.callback_handler.callbacks:
-            if isinstance(callback, reporters):
-                callback.on_log(args, state, self.trainer.control, logs=dict(logs))
+        log_to_reporters(self.trainer, args, state, logs)
         say(f"{describe(state.global_step, metrics)}" + (f" ({seconds:.1f} s)" if seconds else ""))
 
     # ---- The starting policy's completions, kept for a resumed run ----

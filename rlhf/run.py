@@ -306,10 +306,9 @@ class TrainingRun:
     def _watch(self, trainer):
         """Add the health checks and the run report. The health callback goes before the reporting callbacks
         (TensorBoard...), so that the `health/<name>` values it adds to a log reach them."""
-        from transformers.integrations import get_reporting_integration_callbacks
-
         from rlhf.health import Alarm, health_callback
         from rlhf.report import RunReport, read_report, report_callback, settings
+        from rlhf.trl_compat import add_callback_before_reporters
 
         earlier = []  # a resumed or continued run keeps its alarms and does not raise them again
         if self.checkpoint is not None:
@@ -330,11 +329,7 @@ class TrainingRun:
         # The health check goes right before the reporting integrations (TensorBoard...), which stay where they are:
         # its on_log adds `health/` keys for them to write, and callbacks after them (the held-out evaluation) find
         # them set up by their on_train_begin (TensorBoard's writer would otherwise open under the working folder).
-        reporters = tuple(get_reporting_integration_callbacks(trainer.args.report_to))
-        callbacks = trainer.callback_handler.callbacks
-        first = next((i for i, callback in enumerate(callbacks) if isinstance(callback, reporters)), len(callbacks))
-        callbacks.insert(first, self.health)
-        self.health.reporters = [callback for callback in callbacks if isinstance(callback, reporters)]
+        self.health.reporters = add_callback_before_reporters(trainer, self.health)
         trainer.add_callback(report_callback(self.report))
 
     def check_reward_accuracy(self, trainer, accuracy, num_pairs):

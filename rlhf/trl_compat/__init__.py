@@ -4,9 +4,10 @@ PPO is not here: it is the package's own code (`rlhf/ppo_trainer.py`, copied fro
 Moving GRPO and the reward model to another TRL release should be a change to this package alone (CONTRIBUTING.md,
 "Moving TRL", says which test checks what). Three kinds of thing live here:
 
-Import shims (`_WHERE`): each TRL name the package uses, and the module it lives in under 1.12, loaded on first use
-(PEP 562) so that scripts that only parse flags (plotting, --help) start in a second; with `check_trl_version()`,
-which refuses anything but the pinned release in one line, and the warning filters for notices every run would print.
+Import shims (`_WHERE`): each TRL name the package uses, and the module it lives in under the releases of
+`TRL_VERSIONS`, loaded on first use (PEP 562) so that scripts that only parse flags (plotting, --help) start in a
+second; with `check_trl_version()`, which refuses a TRL outside those releases in one line, and the warning filters
+for notices every run would print.
 
 Fixes of TRL or transformers behaviour, each named for what it fixes and citing what goes wrong without it:
 - `rlhf/trl_compat/grpo.py`: `ResumableGRPOTrainer`, TRL's GRPO trainer resumed where it stopped, also inside a
@@ -138,3 +139,54 @@ def loading_whole():
         yield
     finally:
         deepspeed._hf_deepspeed_config_weak_ref = kept
+
+
+# ---- Where the package hooks into transformers' Trainer, accelerate and the interpreter beyond their public API ----
+
+
+def add_callback_before_reporters(trainer, callback):
+    """Put `callback` right before the Trainer's reporting integrations (TensorBoard...), which stay where they are,
+    and return those: keys its `on_log` adds to a log then reach them. `Trainer.add_callback` appends after them; this
+    inserts into `trainer.callback_handler.callbacks`, the list the Trainer calls in order."""
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    reporters = tuple(get_reporting_integration_callbacks(trainer.args.report_to))
+    callbacks = trainer.callback_handler.callbacks
+    first = next((i for i, each in enumerate(callbacks) if isinstance(each, reporters)), len(callbacks))
+    callbacks.insert(first, callback)
+    return [each for each in callbacks if isinstance(each, reporters)]
+
+
+def log_to_reporters(trainer, args, state, logs):
+    """Hand `logs` to the Trainer's reporting integrations alone (TensorBoard...): metrics measured inside a callback
+    (held-out evaluation), where `Trainer.log` would call every callback's `on_log` again, this one's included."""
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    reporters = tuple(INTEGRATION_TO_CALLBACK.values())
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, reporters):
+            callback.on_log(args, state, trainer.control, logs=dict(logs))
+
+
+def exit_now(code):
+    """End a process of a multi-process run with `code`, after the exit handlers but without interpreter shutdown.
+
+    Shutdown aborted finished runs on 2 CPU cores ("terminate called without an active exception", SIGABRT, after
+    the model was saved; 1 of 172 two-process GRPO runs, 2 of 95 runs of a 20-line DDP script whose rank 0 ends 2 s
+    later, 0 of 40 of that script ending as here), destroyed process group or not: DDP and DeepSpeed keep the gloo
+    process group alive, a gloo worker thread that drops its last collective must take the GIL to release a Python
+    object it holds, and a thread that asks for the GIL during shutdown is ended through a C++ destructor that cannot
+    unwind (core dump: `ProcessGroupGloo::runLoop` > `~AsyncAllreduceWork` > `~ThreadLocalState` >
+    `gil_scoped_acquire` > `pthread_exit`; pytorch#179291). Nothing is left for shutdown to do: the exit handlers
+    run here, the streams are flushed, and the process ends.
+    """
+    import atexit
+    import logging
+    import os
+    import sys
+
+    atexit._run_exitfuncs()  # the interpreter's own exit handlers, run now: it will not shut down
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
