@@ -183,6 +183,12 @@ class PreferenceDataArguments(DataArguments):
         at_least(self, 0, "eval_samples")
 
 
+def reward_weights_field():
+    """--reward_weights, declared once for the configs that have no trainer field of that name (GRPO's is TRL's
+    `GRPOConfig.reward_weights`, the same flag)."""
+    return field(default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."})
+
+
 @dataclass
 class RewardModelArguments:
     """The frozen reward model (GRPO, PPO, evaluation)."""
@@ -407,9 +413,7 @@ class EvalArguments(PromptFormat, Sampling, DatasetSource):
         metadata={"aliases": ["--dataset_split", "--dataset-split"],
                   "help": "Split the prompts are drawn from (the rows after --train_samples)."},
     )
-    reward_weights: list[float] | None = field(
-        default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."}
-    )
+    reward_weights: list[float] | None = reward_weights_field()
     train_samples: int = field(
         default=10_000,
         metadata={

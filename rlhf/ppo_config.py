@@ -23,6 +23,7 @@ from config import (
     change,
     check_sampling,
     note,
+    reward_weights_field,
 )
 from rlhf.processes import launched_engine, launched_processes, on_gpu
 
@@ -138,9 +139,7 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
         default="./ppo_training_output",
         metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest, the policy and value model go."},
     )
-    reward_weights: list[float] | None = field(
-        default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."}
-    )
+    reward_weights: list[float] | None = reward_weights_field()
     value_model_path: str | None = field(
         default=None,
         metadata={"help": "Where the value model starts from (default: the reward model when --reward_funcs has "
