@@ -84,7 +84,8 @@ class Parser:
                 config, as_flags, read = _read_config(path, self.known)
                 _check_config_values(config, self.parser, path)
                 config = _listed(config, self.parser)
-                args[i : i + (1 if "=" in arg else 2)] = as_flags  # the seeds' keys translated as their flags are
+                del args[i : i + (1 if "=" in arg else 2)]
+                args[:0] = as_flags  # the seeds' keys, translated as their flags are; first, so any flag given wins
                 break
         args, translated = translate_flags(args, self.known)
         translated = read + translated
