@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerState
 
-from rlhf import cli
 from rlhf.checkpoints import last_checkpoint
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import NonFiniteError, NothingToDo, UserError
@@ -343,12 +342,12 @@ def exit_now(code):
                                          (KeyboardInterrupt(), 130), (SystemExit(3), 3), (SystemExit(None), 0)])
 def test_a_process_of_a_multi_process_run_ends_with_its_exit_code_before_interpreter_shutdown(monkeypatch, error,
                                                                                                code):
-    # A gloo worker thread can abort interpreter shutdown (rlhf/cli.py `_exit_now`): such a process ends without it.
+    # A gloo worker thread can abort interpreter shutdown (rlhf/trl_compat `exit_now`): such a process ends without it.
     destroyed = []
     group = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: not destroyed,
                             destroy_process_group=lambda: destroyed.append(True))
     monkeypatch.setitem(sys.modules, "torch.distributed", group)
-    monkeypatch.setattr(cli, "_exit_now", exit_now)
+    monkeypatch.setattr("rlhf.trl_compat.exit_now", exit_now)
 
     @exit_on_user_error
     def main():
@@ -363,7 +362,7 @@ def test_a_process_of_a_multi_process_run_ends_with_its_exit_code_before_interpr
 def test_a_bug_in_a_multi_process_run_keeps_its_traceback(monkeypatch):
     group = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, destroy_process_group=lambda: None)
     monkeypatch.setitem(sys.modules, "torch.distributed", group)
-    monkeypatch.setattr(cli, "_exit_now", lambda code: pytest.fail("a bug's traceback must reach Python"))
+    monkeypatch.setattr("rlhf.trl_compat.exit_now", lambda code: pytest.fail("a bug's traceback must reach Python"))
 
     @exit_on_user_error
     def main():
