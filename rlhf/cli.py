@@ -139,8 +139,9 @@ def exit_on_user_error(main):
             print(done)
             code = 0
         except UserError as error:
-            if is_main_process():  # once per launch: every process of a torchrun launch meets the same error
-                print(f"error: {error}", file=sys.stderr)
+            if not is_main_process():
+                _wait_for_the_main_process()
+            print(f"error: {error}", file=sys.stderr)
             code = USER_ERROR_EXIT_CODE
         except KeyboardInterrupt:
             print("\nInterrupted: stopped at once (what was saved before stays intact).", file=sys.stderr, flush=True)
@@ -158,6 +159,17 @@ def exit_on_user_error(main):
         sys.exit(code)
 
     return wrapper
+
+
+def _wait_for_the_main_process(seconds=10):
+    """In a process of a torchrun launch other than the main one, before its error line: every process of a launch
+    meets the same error before training, and the main process says it. Once that process has ended, the launcher
+    stops this one (SIGTERM, here ended silently) before it says it again; an error of this process alone is said
+    after `seconds`."""
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    time.sleep(seconds)
 
 
 def _close_process_group():
