@@ -138,7 +138,7 @@ def test_accelerate_launch_cpu_with_an_engine_config_is_refused(tiny_models, tmp
 
 def _first_worker(result):
     """A launch whose processes each stopped with a user error: the launcher adds its own exit status and
-    traceback; the processes' `error:` lines (one per process) stand for one."""
+    traceback; the processes' `error:` line (said by the main process) stands for the launch."""
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert lines and len(set(lines)) == 1, result.stderr[-3000:]
     return subprocess.CompletedProcess(result.args, 2, result.stdout, lines[0] + "\n")
