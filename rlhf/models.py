@@ -1,7 +1,6 @@
 """Loading models and tokenizers, the LoRA settings and dtypes (the checks before loading: `rlhf.checks`).
 
-Paths are checked before any weights load, so a typo costs seconds. Loading stays real: Hub ids and local
-folders go through `from_pretrained` alike.
+Loading stays real: Hub ids and local folders go through `from_pretrained` alike.
 """
 
 import copy

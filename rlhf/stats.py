@@ -12,7 +12,6 @@ import statistics
 TIE_TOLERANCE = 1e-6
 
 
-
 def rank_labels(rewards):
     """BEST for the highest reward of a prompt's completions, WORST for the lowest, MEDIUM for the rest.
 
