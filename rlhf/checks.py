@@ -61,8 +61,8 @@ def check_model_source(name_or_path, what, flag, hint=""):
                             f"its weights there, or point {flag} at a complete saved model{hint}")
     elif looks_like_local_path(name_or_path):
         raise UserError(f"{what} {name_or_path} does not exist{did_you_mean_path(name_or_path)}; check {flag}{hint}")
-    elif hub_unreachable() and not _in_hub_cache(name_or_path):
-        raise UserError(f"cannot reach the Hugging Face Hub ({hub_unreachable()}) to download {what} {name_or_path}, "
+    elif (unreachable := hub_unreachable()) and not _in_hub_cache(name_or_path):
+        raise UserError(f"cannot reach the Hugging Face Hub ({unreachable}) to download {what} {name_or_path}, "
                         f"and it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local "
                         f"folder to {flag}, e.g. bundled/SmolLM2-135M-Instruct (`python quickstart.py` runs offline)")
 

@@ -168,7 +168,7 @@ def _wait_for_the_main_process(seconds=10):
     after `seconds`."""
     import time
 
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    handle_stop_signals(signal.SIG_DFL, (signal.SIGTERM,))
     time.sleep(seconds)
 
 

@@ -9,7 +9,8 @@ from rlhf.errors import UserError
 
 def engine_settings(configs):
     """accelerate's distributed type and process count, from the TrainingArguments (which set accelerate up, as the
-    Trainer is about to). FSDP shows once the Trainer's Accelerator exists: `EngineRecorder` records what ran."""
+    Trainer is about to). FSDP shows once the Trainer's Accelerator exists: `rlhf.manifest.checkpoint_recorder`
+    records what ran."""
     training = next((config for config in configs if hasattr(type(config), "_setup_devices")), None)
     if training is None:
         return {}

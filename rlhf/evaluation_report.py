@@ -104,21 +104,24 @@ def check_writable(output_file):
 def interrupted_report(output_file, config):
     """The report in `output_file` when an interrupted run with the same settings (`config`, as the report records
     it) left it unfinished: its finished models need not be generated again. Else None."""
-    path = Path(output_file).expanduser()
-    if not is_report(path):
-        return None
-    report = json.loads(path.read_text(encoding="utf-8"))
-    same = report["config"] == json.loads(json.dumps(config, default=str))
+    report = _read_report(Path(output_file).expanduser())
+    same = report is not None and report["config"] == json.loads(json.dumps(config, default=str))
     return report if same and not report["complete"] else None
 
 
 def is_report(path):
     """True when `path` holds an evaluation report (an earlier run's, which a new one replaces)."""
+    return _read_report(path) is not None
+
+
+def _read_report(path):
+    """The evaluation report in `path`, or None where there is none (no file, not JSON, not a report)."""
     try:
         report = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(report, dict) and {"complete", "config", "models", "comparison"} <= report.keys()
+        return None
+    is_one = isinstance(report, dict) and {"complete", "config", "models", "comparison"} <= report.keys()
+    return report if is_one else None
 
 
 class ReportNotWritten(UserError):
