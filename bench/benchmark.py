@@ -165,13 +165,20 @@ def main(argv=None):
         result["repeat"] = i // per_repeat
         results.append(result)
         print(format_progress(result), flush=True)
+        # Written after every run: a benchmark stopped part-way (a time limit, Ctrl-C) keeps the runs it finished.
+        write_report({**environment, "settings": dict(vars(args)), "results": results,
+                      "finished": f"{len(results)} of {len(plans)} runs"}, args.output)
     scoring = {}
     if args.scoring_sequences:  # the frozen reward model in float32 (our default) and bfloat16 (half the memory)
         scoring = {dtype: scoring_throughput(paths["reward_model"], args, dtype) for dtype in ("float32", "bfloat16")}
     environment["load_average_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     report = summarize(results, scoring, args, environment)
-    Path(args.output).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    write_report({**report, "finished": f"{len(results)} of {len(plans)} runs"}, args.output)
     print(f"\nwrote {args.output}; runs kept in {work}")
+
+
+def write_report(report, output):
+    Path(output).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

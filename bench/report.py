@@ -68,7 +68,14 @@ def format_progress(result):
         return f"{result['run']}: failed (exit code {result['returncode']})"
     return (f"{result['run']}: {result['seconds_per_step']:.2f} s/step over {result['measured']} steps "
             f"(cycles {result['cycle_seconds']} s), {result['completion_tokens_per_s']:.1f} tok/s, "
-            f"wall {result['wall_s']:.0f} s")
+            f"peak {_memory(result)}, wall {result['wall_s']:.0f} s")
+
+
+def _memory(result):
+    if result.get("peak_cuda_reserved_gb"):
+        return (f"{result['peak_cuda_allocated_gb']} GB allocated / {result['peak_cuda_reserved_gb']} GB reserved "
+                "on the GPU")
+    return f"{result['peak_rss_gb']} GB RSS"
 
 
 def summarize(results, scoring, args, environment):

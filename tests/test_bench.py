@@ -160,3 +160,29 @@ def test_a_work_dir_holding_earlier_runs_is_refused_not_reported_again(tmp_path,
     assert f"--work_dir {tmp_path / 'work'} already holds runs of an earlier benchmark (grpo_0)" in (
         capsys.readouterr().err)
     assert not (tmp_path / "bench.json").exists() and not (tmp_path / "work" / "prompts").exists()
+
+
+def test_a_benchmark_stopped_part_way_keeps_the_runs_it_finished(tmp_path, monkeypatch, capsys):
+    # A GPU lease ends at a time limit: the runs measured before it must be in the JSON, with their memory.
+    finished = {"run": "grpo", "returncode": 0, "seconds_per_step": 0.5, "measured": 3, "cycle_seconds": [1.5],
+                "completion_tokens_per_s": 100.0, "peak_rss_gb": 2.5, "peak_cuda_allocated_gb": 1.2,
+                "peak_cuda_reserved_gb": 1.5, "wall_s": 30.0}
+    calls = []
+
+    def measure(plan, folder, args):
+        calls.append(plan["run"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what a time limit's SIGTERM or Ctrl-C does to the second run
+        return dict(finished, run=plan["run"])
+
+    monkeypatch.setattr(benchmark, "prepare_models", lambda args, work: ("P", "R"))
+    monkeypatch.setattr(benchmark, "write_prompts", lambda path, count: None)
+    monkeypatch.setattr(benchmark, "measure", measure)
+    output = tmp_path / "bench.json"
+    with pytest.raises(SystemExit):
+        benchmark.main(["--runs", "grpo", "trl_grpo", "--work_dir", str(tmp_path / "work"), "--output", str(output)])
+    report = json.loads(output.read_text())
+    assert calls == ["grpo", "trl_grpo"] and report["finished"] == "1 of 2 runs"
+    assert [r["run"] for r in report["results"]] == ["grpo"] and report["results"][0]["peak_cuda_reserved_gb"] == 1.5
+    assert "grpo: 0.50 s/step" in capsys.readouterr().out and "1.2 GB allocated / 1.5 GB reserved on the GPU" in \
+        benchmark.format_progress(dict(finished))
