@@ -4,15 +4,20 @@ Precedence: the defaults below < a YAML file given with `--config` < command-lin
 (`--use_peft`, `--dataset_train_split`, `--reward_model_name_or_path`), so a YAML written for `trl grpo` runs here;
 the older spellings stay as aliases (`--use_lora`, `--use-lora`, `--dataset_split`, `--reward_model_path`).
 Dashes and underscores are interchangeable. Each training script's own config (every field of TRL's trainer
-config is a flag too) is a class in `rlhf/grpo_config.py`, `rlhf/ppo_config.py` or `rlhf/reward_config.py`.
+config is a flag too) is at the end: `GRPOTrainingConfig`, `PPOTrainingConfig`, `RewardTrainingConfig`. What the
+machine decides (CPU processes, TF32, ...) is not here: `rlhf/cli.py` applies `rlhf.engines.resolve_machine` while
+parsing, before these classes are built.
 """
 
 from dataclasses import dataclass, field
 
 from trl import ModelConfig, ScriptArguments
 
-from rlhf.engines import resolve_machine
+from rlhf.cli import change, note
 from rlhf.models import DEFAULT_LORA_TARGETS
+from rlhf.ppo_config import PPOConfig
+from rlhf.processes import launched_engine, launched_processes, on_gpu
+from rlhf.trl_compat import GRPOConfig, RewardConfig
 
 # Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
 # from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (docs/performance.md).
@@ -296,13 +301,6 @@ class RunDefaults:
     EVAL_DATASET = False
 
     def __post_init__(self):
-        # What the machine and the launcher decide (rlhf/engines.py), here because transformers sets its devices up
-        # from these fields in the __post_init__ below.
-        for name, value, why, always in resolve_machine(self):
-            if why:
-                change(self, name, value, why, always)
-            else:
-                setattr(self, name, value)
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
         if getattr(self, "temperature", 1.0) <= 0:  # PPO's; GRPO's is checked with top_p
@@ -437,32 +435,386 @@ class EvalArguments(PromptFormat, Sampling, DatasetSource):
         at_least(self, 0, "train_samples")
 
 
+# ---- Each training script's config: TRL's trainer config (PPO: the package's copy of TRL 1.12's) with this
+# package's defaults and checks. Pickle (the Trainer's training_args.bin) finds each class here.
+
+
+@dataclass
+class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
+    """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step` and `prompts_per_generation`.
+
+    Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many
+    completions go through one forward/backward pass on one device. One optimizer step sees
+    `prompts_per_step * num_generations` completions; `gradient_accumulation_steps` is derived from that.
+    """
+
+    _argument_group_name = "Training (TRL's GRPOConfig and transformers' TrainingArguments)"
+
+    output_dir: str = field(
+        default="./grpo_training_output",
+        metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest and the final model go."},
+    )
+    prompts_per_step: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts per optimizer step (summed over devices). With num_generations=4 that is 16 completions "
+            "per step; gradient_accumulation_steps is derived from it. Default: 4, or 0 where TRL's batch flags are "
+            "given (--gradient_accumulation_steps, --generation_batch_size, --steps_per_generation): 0 uses them as "
+            "they are, as `trl grpo` does."
+        },
+    )
+    batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "A hand-written GRPO's batch: prompts per forward/backward pass on each device, each with its "
+            "num_generations completions, gradient_accumulation_steps passes per optimizer step. Translated, saying "
+            "so: --prompts_per_step = batch_size x gradient_accumulation_steps x processes, "
+            "--per_device_train_batch_size = batch_size x num_generations (the manifest records those)."
+        },
+    )
+    prompts_per_generation: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts whose completions are generated together, then trained on over prompts_per_generation / "
+            "prompts_per_step optimizer steps (a multiple of --prompts_per_step). Default: 64 on a GPU, where "
+            "generation is most of a step and batches well; --prompts_per_step on a CPU. Completions trained on at "
+            "later steps come from an older policy: TRL weighs them by the ratio to the old log-probabilities, "
+            "clipped at --epsilon."
+        },
+    )
+    num_generations: int = field(
+        default=4, metadata={"aliases": ["--num_return_sequences", "--num-return-sequences", "--group_size",
+                                         "--group-size"],
+                             "help": "Completions sampled per prompt, the GRPO group (--num_return_sequences and "
+                             "--group_size work too)."}
+    )
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    top_p: float = field(
+        default=1.0,
+        metadata={
+            "help": "Nucleus sampling threshold of the rollouts. 1.0 (as TRL, OpenRLHF and verl train): the "
+            "log-probabilities, importance ratio and KL are computed on the full distribution, so sampling from a "
+            "truncated one would bias the gradient. Evaluation keeps 0.9."
+        },
+    )
+    per_device_train_batch_size: int = field(
+        default=16,
+        metadata={
+            "help": "Completions (not prompts) per forward/backward pass on one device. Lower it to save memory. "
+            "Capped at one step's share per device (16 completions on 2 GPUs: 8 each)."
+        },
+    )
+    gradient_accumulation_steps: int | None = field(
+        default=None,
+        metadata={"help": "Forward/backward passes per optimizer step. Default: derived from --prompts_per_step "
+                          "(given, it is TRL's batch flag: see --prompts_per_step)."},
+    )
+    max_completion_length: int = field(
+        default=256, metadata={"aliases": ["--max_new_tokens", "--max-new-tokens"],
+                               "help": "Most tokens generated per completion (--max_new_tokens works too)."}
+    )
+    learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    num_train_epochs: float = field(
+        default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
+                               "help": "Passes over the prompts (unless --max_steps; --num_epochs works too)."}
+    )
+    epsilon: float = field(
+        default=0.2, metadata={"aliases": ["--clip_range", "--clip-range", "--cliprange"],
+                               "help": "PPO-style clip range of the probability ratio (--clip_range works too)."}
+    )
+    beta: float = field(
+        default=0.04,
+        metadata={
+            "aliases": ["--kl_coef", "--kl-coef"],
+            "help": "KL coefficient against the frozen reference. Must be > 0 to keep the reference model and log "
+            "`kl` (TRL's own default is 0.0). --kl_coef works too."
+        },
+    )
+    target_kl: float | None = field(
+        default=None,
+        metadata={"help": "Adaptive KL (ours; TRL's GRPO guide describes it, no TRL release has it): --beta moves so "
+                  "that `kl` (per token, as logged) stays near this value, logged as `beta` at every step. None keeps "
+                  "--beta fixed."},
+    )
+    kl_horizon: int = field(
+        default=10_000, metadata={"help": "Adaptive KL horizon in completions: larger adapts more slowly."}
+    )
+    logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
+    save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
+
+    def __post_init__(self):
+        check_sampling(self)
+        if self.target_kl is not None and self.target_kl <= 0:
+            raise ValueError(f"--target_kl must be > 0 (or unset for a fixed --beta), got {self.target_kl}.")
+        if self.target_kl is not None and self.beta == 0:
+            raise ValueError("--target_kl adapts --beta, which is 0 here (no reference model, no KL to measure); "
+                             "give --beta > 0 (e.g. 0.04) or drop --target_kl.")
+        if self.batch_size is not None:
+            self._batch_from_batch_size()
+        if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
+            trl_batch = (self.gradient_accumulation_steps, self.generation_batch_size, self.steps_per_generation)
+            self.prompts_per_step = 4 if trl_batch == (None, None, None) else 0
+            if self.gradient_accumulation_steps and self.per_device_train_batch_size:
+                # said always: a flag that elsewhere multiplies prompts multiplies completions here
+                completions = (self.per_device_train_batch_size * self.gradient_accumulation_steps
+                               * launched_processes())
+                note(self, "gradient_accumulation_steps", f"note: --gradient_accumulation_steps "
+                     f"{self.gradient_accumulation_steps} sets TRL's batch, counted in completions: "
+                     f"--per_device_train_batch_size {self.per_device_train_batch_size} x "
+                     f"{self.gradient_accumulation_steps} = {completions} completions per optimizer step, "
+                     f"{completions / self.num_generations:g} prompts x {self.num_generations} completions "
+                     "(--prompts_per_step N counts prompts instead)", always=True)
+        if self.prompts_per_step < 0:
+            raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
+        at_least(self, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
+        at_least(self, 1, "per_device_train_batch_size")
+        if self.prompts_per_step:
+            self._batch_from_prompts()
+        elif self.gradient_accumulation_steps is None:
+            self.gradient_accumulation_steps = 1  # TrainingArguments' default
+        if self.beta < 0:
+            raise ValueError(f"--beta must be >= 0, got {self.beta}.")
+        super().__post_init__()
+
+    def _batch_from_batch_size(self):
+        """A hand-written GRPO's `--batch_size` (prompts per pass and device) as this package's prompts per step."""
+        at_least(self, 1, "batch_size", "num_generations")
+        if self.prompts_per_step is not None:
+            raise ValueError(f"--batch_size {self.batch_size} and --prompts_per_step {self.prompts_per_step} both set "
+                             "the prompts of a step; give one (--prompts_per_step counts prompts per optimizer step)")
+        accumulation, processes = self.gradient_accumulation_steps or 1, launched_processes()
+        self.prompts_per_step = self.batch_size * accumulation * processes
+        self.per_device_train_batch_size = self.batch_size * self.num_generations
+        passes = f", {accumulation} passes" if accumulation > 1 else ""
+        devices = f" on each of {processes} processes" if processes > 1 else ""
+        note(self, "batch_size", f"note: --batch_size {self.batch_size} -> --prompts_per_step {self.prompts_per_step} "
+             f"--per_device_train_batch_size {self.per_device_train_batch_size} ({self.batch_size} prompts x "
+             f"{self.num_generations} completions per pass{devices}{passes} per optimizer step; this package counts "
+             "prompts per optimizer step)", always=True)
+        self.batch_size = None  # recorded as what it became
+
+    def _batch_from_prompts(self):
+        """Translate prompts into TRL's completion-counted batch, before TRL derives its generation batch from it."""
+        world_size = launched_processes()
+        completions = self.prompts_per_step * self.num_generations
+        if self.per_device_train_batch_size * world_size > completions and completions % world_size == 0:
+            # More room per pass than one step holds (e.g. the default 16 on 2 GPUs): each device takes its share.
+            change(self, "per_device_train_batch_size", completions // world_size,
+                   "one optimizer step's share per process")
+        per_pass = self.per_device_train_batch_size * world_size
+        if completions % per_pass:
+            raise ValueError(
+                f"prompts_per_step x num_generations = {completions} completions per optimizer step is not a "
+                f"multiple of per_device_train_batch_size x processes = {per_pass}; lower "
+                f"--per_device_train_batch_size so that it divides evenly."
+            )
+        accumulation = completions // per_pass
+        if self.gradient_accumulation_steps not in (None, 1, accumulation):
+            raise ValueError(
+                f"--gradient_accumulation_steps {self.gradient_accumulation_steps} conflicts with "
+                f"--prompts_per_step {self.prompts_per_step} (which needs {accumulation}); pass "
+                f"--prompts_per_step 0 to set TRL's batch flags yourself."
+            )
+        change(self, "gradient_accumulation_steps", accumulation, "derived from --prompts_per_step")
+        if self.prompts_per_generation is None:
+            self.prompts_per_generation = (max(GPU_PROMPTS_PER_GENERATION, self.prompts_per_step)
+                                           if on_gpu(self.use_cpu) else self.prompts_per_step)
+        if self.prompts_per_generation % self.prompts_per_step:
+            raise ValueError(
+                f"--prompts_per_generation {self.prompts_per_generation} is not a multiple of --prompts_per_step "
+                f"{self.prompts_per_step}; each optimizer step takes prompts_per_step of the prompts generated."
+            )
+        # TRL derives steps_per_generation (forward/backward passes per generation) from this.
+        change(self, "generation_batch_size", self.prompts_per_generation * self.num_generations,
+               "derived from --prompts_per_generation x --num_generations; pass --prompts_per_step 0 to set it")
+
+
+@dataclass
+class PPOModelArguments(ModelArguments):
+    model_name_or_path: str = field(
+        default="HuggingFaceTB/smollm2-135M-SFT-Only",
+        metadata={"aliases": ["--sft_model_path", "--sft-model-path", "--model_name", "--model-name", "--model_path",
+                              "--model-path"],
+                  "help": "Policy to train: a Hub id or a local folder (TRL's --sft_model_path, --model_name and "
+                  "--model_path work too)."},
+    )
+
+
+@dataclass
+class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfig):
+    """TRL's `PPOConfig` with this package's defaults.
+
+    A rollout (TRL's batch, one logged step) generates `prompts_per_rollout` completions, one per prompt, then runs
+    `num_ppo_epochs` passes over them in mini-batches of `per_device_train_batch_size x gradient_accumulation_steps
+    x processes` prompts: one optimizer step each. Bigger rollouts batch generation; the update size stays.
+    """
+
+    _argument_group_name = "Training (TRL's PPOConfig and transformers' TrainingArguments)"
+    EVAL_DATASET = True
+
+    output_dir: str = field(
+        default="./ppo_training_output",
+        metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest, the policy and value model go."},
+    )
+    reward_weights: list[float] | None = reward_weights_field()
+    value_model_path: str | None = field(
+        default=None,
+        metadata={"help": "Where the value model starts from (default: the reward model when --reward_funcs has "
+                  "reward_model, else the policy with a new one-output head)."},
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow models and tokenizers that ship their own Python code (off: safer)."}
+    )
+    per_device_train_batch_size: int = field(
+        default=4, metadata={"help": "Prompts per forward/backward pass on one device (the optimizer step's share)."}
+    )
+    prompts_per_rollout: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts generated together per rollout (summed over devices), then trained on in mini-batches "
+            "of per_device_train_batch_size x gradient_accumulation_steps x processes (sets TRL's "
+            "num_mini_batches). Default: 64 on a GPU, one mini-batch on a CPU; where TRL's --num_mini_batches is "
+            "given, that many mini-batches."
+        },
+    )
+    num_mini_batches: int | None = field(
+        default=None,
+        metadata={"help": "Mini-batches (optimizer steps) per rollout. Default: derived from --prompts_per_rollout."},
+    )
+    local_rollout_forward_batch_size: int = field(
+        default=16,
+        metadata={
+            "help": "Sequences per generation and no-grad forward pass (reference, value, reward) in a rollout. Each "
+            "such pass holds float32 logits over the whole vocabulary: lower it to save memory (TRL's default: 64)."
+        },
+    )
+    num_ppo_epochs: int = field(
+        default=4, metadata={"aliases": ["--ppo_epochs", "--ppo-epochs"],
+                             "help": "Optimization passes over each batch of rollouts (--ppo_epochs works too)."}
+    )
+    kl_coef: float = field(
+        default=0.05, metadata={"aliases": ["--init_kl_coef", "--init-kl-coef"],
+                                "help": "(Initial) KL penalty coefficient (--init_kl_coef works too)."}
+    )
+    target_kl: float | None = field(
+        default=None,
+        metadata={
+            "aliases": ["--target"],
+            "help": "Adaptive KL: adjust kl_coef so that objective/kl (summed over a completion's tokens) stays near "
+            "this value. None keeps kl_coef fixed (--target, the older TRL's name, works too)."
+        },
+    )
+    kl_horizon: int = field(
+        default=10_000, metadata={"help": "Adaptive KL horizon in episodes: larger adapts more slowly."}
+    )
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    cliprange: float = field(
+        default=0.2, metadata={"aliases": ["--clip_range", "--clip-range"],
+                               "help": "Clip range of the policy ratio (--clip_range works too)."}
+    )
+    learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    top_p: float = field(
+        default=1.0,
+        metadata={
+            "help": "Nucleus sampling threshold of the rollouts (ours: TRL's PPO samples at 1.0). The "
+            "log-probabilities, importance ratio and KL are those of the full distribution at --temperature, as with "
+            "GRPO's --top_p, so below 1.0 the gradient is biased. Evaluation keeps 0.9."
+        },
+    )
+    skip_rollouts_without_signal: bool = field(
+        default=True,
+        metadata={
+            "help": "A rollout whose completions (every process's) all scored the same, e.g. none passed the "
+            "verifier, is trained on with advantages of 0: the policy does not move (momentum included), the value "
+            "model still learns (ours; TRL whitens them to unit size, a full step from noise). Logged as "
+            "objective/advantages_zeroed."
+        },
+    )
+    max_completion_length: int = field(
+        default=256,
+        metadata={"aliases": ["--response_length", "--response-length", "--max_new_tokens", "--max-new-tokens"],
+                  "help": "Most tokens generated per completion (TRL's --response_length and --max_new_tokens work "
+                  "too)."},
+    )
+    stop_token: str | None = field(default="eos", metadata={"help": "Completions end at the EOS token."})
+    missing_eos_penalty: float | None = field(
+        default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before EOS."}
+    )
+    num_train_epochs: float = field(
+        default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
+                               "help": "Passes over the prompts (unless total_episodes; --num_epochs works too)."}
+    )
+    num_sample_generations: int = field(
+        default=0, metadata={"help": "Print sample completions this many times during training (0: never)."}
+    )
+    logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
+    save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})
+    # TRL's names of fields given above under the names every script shares: set from them, not flags themselves.
+    response_length: int = field(default=256, init=False)
+    reward_model_path: str = field(default="./reward_model_output", init=False)
+    sft_model_path: str = field(default="", init=False)  # the policy is PPOModelArguments.model_name_or_path
+
+    def __post_init__(self):
+        self.response_length = self.max_completion_length  # what TRL's PPOTrainer generates to
+        self.reward_model_path = self.reward_model_name_or_path
+        if self.target_kl is not None and self.target_kl <= 0:
+            raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
+        if self.kl_coef < 0:
+            raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}.")
+        check_sampling(self)
+        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps",
+                 "local_rollout_forward_batch_size")
+        update = self.per_device_train_batch_size * self.gradient_accumulation_steps * launched_processes()
+        if self.prompts_per_rollout is None and self.num_mini_batches is not None:  # TRL's flag, e.g. from its YAML
+            self.prompts_per_rollout = update * self.num_mini_batches
+        elif self.prompts_per_rollout is None:
+            self.prompts_per_rollout = max(GPU_PROMPTS_PER_GENERATION, update) if on_gpu(self.use_cpu) else update
+        if self.prompts_per_rollout % update:
+            raise ValueError(
+                f"--prompts_per_rollout {self.prompts_per_rollout} is not a multiple of the {update} prompts of one "
+                "optimizer step (per_device_train_batch_size x gradient_accumulation_steps x processes)."
+            )
+        if self.num_mini_batches not in (None, 1, self.prompts_per_rollout // update):
+            raise ValueError(f"--num_mini_batches {self.num_mini_batches} conflicts with --prompts_per_rollout "
+                             f"{self.prompts_per_rollout}, which sets it to {self.prompts_per_rollout // update}.")
+        change(self, "num_mini_batches", self.prompts_per_rollout // update, "derived from --prompts_per_rollout")
+        if launched_engine() != "DEEPSPEED":  # said where given: TRL's PPO loop never clips (ours keeps it so)
+            note(self, "max_grad_norm", f"note: --max_grad_norm {self.max_grad_norm} does nothing here: PPO (as "
+                 "TRL's) clips gradients only under DeepSpeed, whose config takes it")
+        super().__post_init__()
+
+
+@dataclass
+class RewardTrainingConfig(RunDefaults, RewardConfig):
+    """TRL's `RewardConfig` with this package's defaults."""
+
+    _argument_group_name = "Training (TRL's RewardConfig and transformers' TrainingArguments)"
+
+    output_dir: str = field(
+        default="./reward_model_output",
+        metadata={"help": "Where the reward model goes; train_grpo.py and train_ppo.py read it from here by default."},
+    )
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (AdamW)."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule."})
+    warmup_steps: float = field(default=0.05, metadata={"help": "Warm-up: steps, or a fraction of all steps if < 1."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the pairs (ignored if --max_steps)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Preference pairs per device per pass."})
+    max_length: int | None = field(
+        default=1024, metadata={"help": "Pairs whose chosen or rejected conversation is longer are dropped."}
+    )
+    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
+    save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N optimizer steps."})
+
+
 def at_least(config, minimum, *names):
     """Refuse (one line naming the flag) any of `names` that `config` has, is set, and is below `minimum`."""
     for name in names:
         value = getattr(config, name, None)
         if value is not None and value < minimum:
             raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
-
-
-def change(config, name, value, why, always=False):
-    """Set `config.name` to `value` on the user's behalf, and say so in one line (`rlhf.cli` prints it once, from
-    the main process): `note: --name old -> new (why)`. Unless `always`, only where the user gave the old value
-    (a flag or a YAML key): a default the package resolves is no news."""
-    old = getattr(config, name)
-    setattr(config, name, value)
-    if old != value:
-        note(config, name, f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})", always)
-
-
-def note(config, name, line, always=False):
-    """Keep `line` on `config` (its `_notes`, no field) for `rlhf.cli` to print after parsing, where the user gave
-    `name` (or `always`)."""
-    config.__dict__.setdefault("_notes", []).append((name, line, always))
-
-
-def _spelled(value):
-    return str(value).lower() if isinstance(value, bool) else value
 
 
 def _check_report_to(report_to):

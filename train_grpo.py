@@ -16,11 +16,10 @@ it has nothing to do, and with a higher --max_steps (or --num_train_epochs) it c
 import functools
 import logging
 
-from config import ModelArguments, PromptDataArguments, RewardArguments, Sampling
+from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments, Sampling
 from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
-from rlhf.grpo_config import GRPOTrainingConfig
 from rlhf.models import load_tokenizer, peft_config, reward_model_dtype, trainable_model_path, trained_model_kwargs
 from rlhf.processes import is_main_process, on_gpu
 from rlhf.reward import reward_model_scorer

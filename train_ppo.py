@@ -20,12 +20,11 @@ it has nothing to do, and with a higher --total_episodes (or --num_train_epochs)
 
 import logging
 
-from config import PromptDataArguments, Sampling
+from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments, Sampling
 from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
 from rlhf.models import peft_config
-from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 from rlhf.processes import is_main_process
 from rlhf.reward import ensure_distinct_pad
 from rlhf.reward_funcs import check_reward_columns, load_reward_funcs

@@ -105,11 +105,16 @@ def batch_shape(name, command, cuda):
         return _shape(per_step // group, micro_steps // accumulation, micro_steps * batch)
     from unittest import mock
 
-    from config import ModelArguments, PromptDataArguments, RewardArguments
+    from config import (
+        GRPOTrainingConfig,
+        ModelArguments,
+        PPOModelArguments,
+        PPOTrainingConfig,
+        PromptDataArguments,
+        RewardArguments,
+    )
     from rlhf import processes
     from rlhf.cli import parse_args as parse_script_args
-    from rlhf.grpo_config import GRPOTrainingConfig
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
     from rlhf.processes import launched_processes
 
     flags, dropping = [], False

@@ -94,16 +94,35 @@ class Parser:
             os.environ[key] = str(value)
         try:
             self.parser.set_defaults_with_config(**config)
-            configs = self.parser.parse_args_into_dataclasses(args)
+            machine_flags, machine_notes = self._machine(args)
+            configs = self.parser.parse_args_into_dataclasses(args + machine_flags)
         except ValueError as error:  # raised by HfArgumentParser and by the configs' __post_init__ checks
             raise UserError(str(error).splitlines()[0]) from None
         given = {*config, *self._given_flags(args)}
         if translated and is_main_process():  # once the flags parsed: a refused launch says its error alone
             print("\n".join(translated), flush=True)
-        _print_notes(configs, given)
+        _print_notes(configs, given, machine_notes)
         for parsed in configs:  # what the user gave (a flag or a YAML key), for checks that fit only defaults
             parsed.__dict__["_given"] = frozenset(given)
         return configs
+
+    def _machine(self, args):
+        """What the machine and the launcher decide (`rlhf.engines.resolve_machine`: CPU processes, DeepSpeed's
+        backend on CPU, TF32, pinned memory), as flags placed after the user's so that they win, and the note lines
+        that say so. Decided before the configs are built: transformers sets its devices up from these fields when
+        its `TrainingArguments` is. Nothing for a script without training arguments."""
+        if "use_cpu" not in self.known.values():
+            return [], []
+        from rlhf.engines import resolve_machine
+
+        parsed, _ = self.parser.parse_known_args(args)
+        flags, notes = [], []
+        for name, value, why, always in resolve_machine(parsed):
+            flags += [f"--{name}", str(value)]
+            old = getattr(parsed, name)
+            if why and old != value:
+                notes.append((name, f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})", always))
+        return flags, notes
 
     def _given_flags(self, args):
         """The fields the command line sets (a `--no_X` flag sets X)."""
@@ -111,11 +130,11 @@ class Parser:
         return {self.known.get(name, self.known.get(name.removeprefix("no_"))) for name in names}
 
 
-def _print_notes(configs, given):
-    """Say, in one line each, every value the configs changed on the user's behalf (`config.change`): where the
-    user gave it, or where it is news anyway. Once per launch: the main process prints."""
-    lines = list(dict.fromkeys(line for config in configs for name, line, always in vars(config).get("_notes", ())
-                               if always or name in given))  # one line said once, whichever flags led to it
+def _print_notes(configs, given, notes=()):
+    """Say, in one line each, every value changed on the user's behalf (the configs' own, `change`; then `notes`,
+    the machine's): where the user gave it, or where it is news anyway. Once per launch: the main process prints."""
+    notes = [*(note for config in configs for note in vars(config).get("_notes", ())), *notes]
+    lines = list(dict.fromkeys(line for name, line, always in notes if always or name in given))  # each line once
     if lines and is_main_process():
         print("\n".join(lines), flush=True)
 
@@ -181,6 +200,26 @@ def _close_process_group():
     return True
 
 
+
+
+def change(config, name, value, why, always=False):
+    """Set `config.name` to `value` on the user's behalf, and say so in one line (`_print_notes` prints it once, from
+    the main process): `note: --name old -> new (why)`. Unless `always`, only where the user gave the old value
+    (a flag or a YAML key): a default the package resolves is no news."""
+    old = getattr(config, name)
+    setattr(config, name, value)
+    if old != value:
+        note(config, name, f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})", always)
+
+
+def note(config, name, line, always=False):
+    """Keep `line` on `config` (its `_notes`, no field) for `_print_notes` to print after parsing, where the user gave
+    `name` (or `always`)."""
+    config.__dict__.setdefault("_notes", []).append((name, line, always))
+
+
+def _spelled(value):
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 def parse_args(dataclass_types, args=None, description=None):

@@ -11,18 +11,16 @@ from rlhf.errors import UserError
 
 
 def grpo(*flags):
-    from config import ModelArguments, PromptDataArguments, RewardArguments
+    from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
     from rlhf.cli import parse_args
-    from rlhf.grpo_config import GRPOTrainingConfig
 
     types = (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig)
     return parse_args(types, list(map(str, flags)))
 
 
 def ppo(*flags):
-    from config import PromptDataArguments
+    from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
     from rlhf.cli import parse_args
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
 
     return parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), list(map(str, flags)))
 

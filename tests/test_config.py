@@ -1,9 +1,8 @@
 import pytest
 
-from config import ModelArguments, PromptDataArguments, RewardArguments
+from config import GRPOTrainingConfig, ModelArguments, PPOTrainingConfig, PromptDataArguments, RewardArguments
 from rlhf import engines
 from rlhf.cli import UserError, parse_args
-from rlhf.grpo_config import GRPOTrainingConfig
 from rlhf.models import reward_model_dtype
 
 GRPO_TYPES = (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig)
@@ -176,9 +175,14 @@ def test_out_of_range_values_are_refused_in_one_line():
     ("evaluate", ["--train_samples", "-1"], "--train_samples must be >= 0, got -1"),
 ])
 def test_sizes_lengths_ranks_and_counts_below_their_minimum_are_refused(script, flags, message):
-    from config import EvalArguments, PreferenceDataArguments, RewardArguments
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
-    from rlhf.reward_config import RewardTrainingConfig
+    from config import (
+        EvalArguments,
+        PPOModelArguments,
+        PPOTrainingConfig,
+        PreferenceDataArguments,
+        RewardArguments,
+        RewardTrainingConfig,
+    )
 
     types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "reward": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig),
@@ -189,7 +193,7 @@ def test_sizes_lengths_ranks_and_counts_below_their_minimum_are_refused(script, 
 
 
 def test_ppo_config_defaults_and_checks():
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
+    from config import PPOModelArguments, PPOTrainingConfig
 
     ppo_types = (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)
     *_, ppo = parse_args(ppo_types, [])
@@ -216,10 +220,8 @@ def test_frozen_reward_model_dtype_is_bfloat16_on_a_gpu_unless_set():
 def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
     import yaml
 
-    from config import PreferenceDataArguments
+    from config import PPOModelArguments, PPOTrainingConfig, PreferenceDataArguments, RewardTrainingConfig
     from conftest import ROOT
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
-    from rlhf.reward_config import RewardTrainingConfig
 
     types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "reward_model": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig)}[name]
@@ -253,15 +255,24 @@ def test_evaluation_takes_the_training_scripts_names_for_the_same_things(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_script_imports_only_its_own_trl_config():
+def test_the_configs_import_no_trainer_and_the_package_imports_no_top_level_module():
+    import ast
     import subprocess
     import sys
 
     from conftest import ROOT
 
-    code = "import sys, rlhf.grpo_config; print(any(name.startswith('rlhf.ppo') for name in sys.modules))"
+    # config.py holds every script's config, TRL's config classes under them, and no trainer (PPO's loop, TRL's).
+    code = ("import sys, config; print(sorted(name for name in sys.modules if name in ('rlhf.ppo_trainer', "
+            "'rlhf.ppo') or name.startswith('trl.trainer.grpo_trainer')))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert result.stdout.strip() == "False", result.stderr  # no PPO (its config and trainer) in a GRPO run
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+    top_level = {path.stem for path in ROOT.glob("*.py")}
+    for path in (ROOT / "rlhf").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            assert not {name.split(".")[0] for name in names} & top_level, f"{path} imports {names}"
 
 
 def on_a_gpu(monkeypatch, gpu=True):
@@ -277,7 +288,7 @@ def on_a_gpu(monkeypatch, gpu=True):
 
 
 def ppo_parse(*args):
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
+    from config import PPOModelArguments, PPOTrainingConfig
 
     return parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), list(args))[-1]
 
@@ -434,8 +445,7 @@ def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models,
 def test_the_older_spellings_set_what_trl_names_set_as_flags_and_yaml_keys(script, trl_names, older_names, tmp_path):
     import yaml
 
-    from config import EvalArguments
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
+    from config import EvalArguments, PPOModelArguments, PPOTrainingConfig
 
     types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "evaluate": (EvalArguments, RewardArguments)}[script]
@@ -488,7 +498,7 @@ def test_every_value_changed_on_the_users_behalf_is_said_in_one_line(monkeypatch
         "note: --reward_model_name_or_path rm is not used: --reward_funcs has no reward_model (add it to score with "
         "the model too)"]
     assert notes("--reward_funcs", "boxed_format") == []
-    ppo = (ModelArguments, PromptDataArguments, __import__("rlhf.ppo_config").ppo_config.PPOTrainingConfig)
+    ppo = (ModelArguments, PromptDataArguments, PPOTrainingConfig)
     assert notes("--num_mini_batches", "1", "--prompts_per_rollout", "8", "--per_device_train_batch_size", "2",
                  types=ppo) == ["note: --num_mini_batches 1 -> 4 (derived from --prompts_per_rollout)"]
     # Several processes on a CPU: said although the user set nothing; once, by the main process.

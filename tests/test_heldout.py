@@ -58,8 +58,7 @@ def test_eval_interval_reads_steps_or_a_ratio_of_the_run():
 
 
 def grpo_config(*flags):
-    from config import ModelArguments, PromptDataArguments, RewardArguments
-    from rlhf.grpo_config import GRPOTrainingConfig
+    from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
 
     return parse_args((ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig), list(flags))[-1]
 

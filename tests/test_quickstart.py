@@ -174,11 +174,18 @@ def test_the_summary_reads_health_alarms_from_the_run_report_and_tolerates_none(
 def test_the_real_quickstarts_settings_are_flags_its_scripts_take(task):
     """`--tiny` runs other settings: the real ones are parsed here, as each stage's script parses them."""
     import quickstart
-    from config import EvalArguments, ModelArguments, PreferenceDataArguments, PromptDataArguments, RewardArguments
+    from config import (
+        EvalArguments,
+        GRPOTrainingConfig,
+        ModelArguments,
+        PPOModelArguments,
+        PPOTrainingConfig,
+        PreferenceDataArguments,
+        PromptDataArguments,
+        RewardArguments,
+        RewardTrainingConfig,
+    )
     from rlhf.cli import parse_args
-    from rlhf.grpo_config import GRPOTrainingConfig
-    from rlhf.ppo_config import PPOModelArguments, PPOTrainingConfig
-    from rlhf.reward_config import RewardTrainingConfig
 
     scripts = {"reward": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig),
                "grpo": (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig),
