@@ -200,8 +200,6 @@ def _close_process_group():
     return True
 
 
-
-
 def change(config, name, value, why, always=False):
     """Set `config.name` to `value` on the user's behalf, and say so in one line (`_print_notes` prints it once, from
     the main process): `note: --name old -> new (why)`. Unless `always`, only where the user gave the old value
