@@ -64,7 +64,11 @@ def test_a_gpu_run_needs_a_visible_gpu_and_no_use_cpu(monkeypatch, cuda, use_cpu
     assert on_gpu(use_cpu) is expected
 
 
-def test_importing_the_configs_imports_neither_torch_nor_accelerate():
-    code = "import sys, config; print(sorted({'torch', 'accelerate'} & set(sys.modules)))"
+def test_importing_the_configs_sets_no_accelerate_state_up():
+    # config.py holds the trainers' configs (TRL's, on transformers: torch is imported), but building none of them
+    # may create accelerate's PartialState: under a CPU torchrun an early one counts each process as the only one.
+    code = ("import os, sys; os.environ.update(WORLD_SIZE='2', RANK='1'); import config; "
+            "from accelerate.state import PartialState; from rlhf import processes; "
+            "print(len(PartialState._shared_state), processes.launched_processes(), processes.process_index())")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert result.stdout.strip() == "[]", result.stderr[-2000:]
+    assert result.stdout.strip() == "0 2 1", result.stderr[-2000:]
