@@ -643,7 +643,7 @@ class PPOModelArguments(ModelArguments):
 
 @dataclass
 class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfig):
-    """TRL's `PPOConfig` with this package's defaults.
+    """TRL 1.12's `PPOConfig` (copied: `rlhf/ppo_config.py`) with this package's defaults.
 
     A rollout (TRL's batch, one logged step) generates `prompts_per_rollout` completions, one per prompt, then runs
     `num_ppo_epochs` passes over them in mini-batches of `per_device_train_batch_size x gradient_accumulation_steps
