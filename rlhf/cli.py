@@ -121,7 +121,7 @@ class Parser:
             flags += [f"--{name}", str(value)]
             old = getattr(parsed, name)
             if why and old != value:
-                notes.append((name, f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})", always))
+                notes.append((name, _changed_line(name, old, value, why), always))
         return flags, notes
 
     def _given_flags(self, args):
@@ -207,13 +207,18 @@ def change(config, name, value, why, always=False):
     old = getattr(config, name)
     setattr(config, name, value)
     if old != value:
-        note(config, name, f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})", always)
+        note(config, name, _changed_line(name, old, value, why), always)
 
 
 def note(config, name, line, always=False):
     """Keep `line` on `config` (its `_notes`, no field) for `_print_notes` to print after parsing, where the user gave
     `name` (or `always`)."""
     config.__dict__.setdefault("_notes", []).append((name, line, always))
+
+
+def _changed_line(name, old, value, why):
+    """The one `note:` line of a value changed on the user's behalf (by a config, `change`, or by the machine)."""
+    return f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})"
 
 
 def _spelled(value):
