@@ -764,6 +764,9 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
             raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
         if self.kl_coef < 0:
             raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}.")
+        if self.target_kl is not None and self.kl_coef == 0:  # the controller multiplies: 0 would stay 0 for ever
+            raise ValueError("--target_kl adapts --kl_coef, which is 0 here (a coefficient of 0 never moves); give "
+                             "--kl_coef > 0 (e.g. 0.05) or drop --target_kl.")
         check_sampling(self)
         at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps",
                  "local_rollout_forward_batch_size")

@@ -115,23 +115,23 @@ def masked_mean(values, mask, axis=None):
     return (values * mask).sum() / mask.sum()
 
 
-def masked_var(values, mask, unbiased=True):
-    mean = masked_mean(values, mask)
-    variance = masked_mean((values - mean) ** 2, mask)
-    if unbiased:
-        mask_sum = mask.sum()
-        if mask_sum == 0:
-            raise ValueError("The sum of the mask is zero, which can happen when `mini_batch_size=1`; try increase "
-                             "the `mini_batch_size` or `gradient_accumulation_steps`")
-        bessel_correction = mask_sum / (mask_sum - 1)  # mask_sum == 1 divides by zero
-        variance = variance * bessel_correction
-    return variance
+def masked_whiten(values, mask, shift_mean=True, total=None):
+    """`values` scaled to mean 0 and variance 1 over `mask` (with `shift_mean=False`, the mean is kept).
 
-
-def masked_whiten(values, mask, shift_mean=True):
-    """`values` scaled to mean 0 and variance 1 over `mask` (with `shift_mean=False`, the mean is kept)."""
-    mean, var = masked_mean(values, mask), masked_var(values, mask)
-    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    Ours: the mean and the (unbiased) variance are those of the whole rollout, every process's positions together:
+    `total` sums a tensor over all processes (`accelerator.reduce(..., "sum")`); each process whitens its own slice
+    with them. TRL whitened each process's slice alone, so a slice that scored flat blew value-model noise and the KL
+    term up to unit size. Without `total` (one process) the operations are TRL's `masked_mean`/`masked_var`, in the
+    same order: the same bits.
+    """
+    total = total or (lambda tensor: tensor)
+    count = total(mask.sum())
+    mean = total((values * mask).sum()) / count
+    variance = total(((values - mean) ** 2 * mask).sum()) / count
+    if count <= 1:
+        raise ValueError(f"cannot whiten over {int(count)} position(s); the rollout needs more completion tokens")
+    variance = variance * (count / (count - 1))  # Bessel's correction, as masked_var
+    whitened = (values - mean) * torch.rsqrt(variance + 1e-8)
     if not shift_mean:
         whitened += mean
     return whitened
@@ -505,6 +505,8 @@ class PPOTrainer(Trainer):
         processing_class = self.processing_class
         dataloader = self.dataloader
         device = accelerator.device
+        # whitening's sums over every process (rollout statistics shape the gradient: DESIGN.md, turn 5)
+        total = (lambda tensor: accelerator.reduce(tensor, "sum")) if accelerator.num_processes > 1 else None
 
         def repeat_generator():
             while True:
@@ -521,7 +523,7 @@ class PPOTrainer(Trainer):
         generation_config = GenerationConfig(**generation_kwargs)
 
         accelerator.print("===training policy===")
-        start_time = time.time()
+        start_time, first_episode = time.time(), self._first_batch * args.batch_size  # eps: this launch's own
         stats_shape = (args.num_ppo_epochs, args.num_mini_batches, args.gradient_accumulation_steps)
         approxkl_stats = torch.zeros(stats_shape, device=device)
         pg_clipfrac_stats = torch.zeros(stats_shape, device=device)
@@ -665,7 +667,7 @@ class PPOTrainer(Trainer):
                 rewards[actual_start, actual_end] += scores
 
                 if args.whiten_rewards:
-                    rewards = masked_whiten(rewards, mask=~padding_mask_p1, shift_mean=False)
+                    rewards = masked_whiten(rewards, mask=~padding_mask_p1, shift_mean=False, total=total)
                     rewards = torch.masked_fill(rewards, padding_mask_p1, 0)
 
                 # 4. Advantages by GAE (Schulman et al. 2016), from the last token back: delta_t = r_t + gamma V_{t+1}
@@ -680,8 +682,8 @@ class PPOTrainer(Trainer):
                     advantages_reversed.append(lastgaelam)
                 advantages = torch.stack(advantages_reversed[::-1], axis=1)
                 returns = advantages + values
-                # 5. Whitening: the advantages of the rollout scaled to mean 0 and variance 1.
-                advantages = masked_whiten(advantages, ~padding_mask)
+                # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1.
+                advantages = masked_whiten(advantages, ~padding_mask, total=total)
                 # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would
                 # still get advantages of unit size: GAE's noise (the value model's errors, the KL penalty and, with
                 # lam < 1, a push against the last token, EOS), a full PPO step. With skip_rollouts_without_signal
@@ -795,7 +797,7 @@ class PPOTrainer(Trainer):
                 mean_entropy = ((-logprobs) * (~padding_mask).float()).sum(1).mean()
                 mean_non_score_reward = non_score_reward.sum(1).mean()
                 rlhf_reward = mean_non_score_reward + scores.mean()
-                eps = int(self.state.episode / (time.time() - start_time))
+                eps = int((self.state.episode - first_episode) / (time.time() - start_time))
                 gathered = self.accelerator.gather_for_metrics
                 metrics = {}
                 metrics["eps"] = eps
@@ -812,7 +814,7 @@ class PPOTrainer(Trainer):
                 metrics["policy/entropy_avg"] = gathered(entropy_stats).mean().item()
                 metrics["val/ratio"] = gathered(ratio_stats).mean().item()
                 metrics["val/ratio_var"] = _variance(gathered(ratio_stats))
-                metrics["val/num_eos_tokens"] = (responses == processing_class.eos_token_id).sum().item()
+                metrics["val/num_eos_tokens"] = gathered((responses == processing_class.eos_token_id).sum()).sum().item()
                 metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
                 metrics["episode"] = self.state.episode
                 metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)
@@ -825,7 +827,11 @@ class PPOTrainer(Trainer):
                     self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl,
                                                     args.batch_size, args.kl_horizon)
 
-            self.lr_scheduler.step()
+            # The learning-rate schedule counts the policy's steps: a rollout without signal does not spend it, so
+            # the policy's real steps run at the rates of a run without such rollouts (the value model, stepped at
+            # the rate held, still learns from it).
+            if not self.advantages_zeroed:
+                self.lr_scheduler.step()
             self.control = self.callback_handler.on_step_end(args, self.state, self.control)
             if self.control.should_save:
                 self._save_checkpoint(model, trial=None)
@@ -868,7 +874,8 @@ class PPOTrainer(Trainer):
         ours["objective/advantages_zeroed"] = float(self.advantages_zeroed)
         if self.advantages_zeroed and not self._said_zeroed and self.accelerator.is_main_process:
             self._said_zeroed = True
-            skipped = ("the policy takes no step from it (the value model still learns)"
+            skipped = ("the policy takes no step from it and its learning-rate schedule does not move (the value "
+                       "model still learns)"
                        if not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
                        else "it is not trained on (under DeepSpeed or FSDP the value model skips it too)")
             print(f"PPO step {self.state.global_step + 1}: every completion of a rollout scored the same "
@@ -965,12 +972,16 @@ class PPOTrainer(Trainer):
 
     @contextmanager
     def generating_aside(self):
-        """Within it, what reward functions score is not logged as training (an evaluation, the sample table)."""
+        """Within it, what reward functions score is not logged as training (an evaluation, the sample table), and
+        torch's random state is training's again afterwards: what is sampled aside after a checkpoint is saved would
+        otherwise move the state that a resume from that checkpoint restores, and resume would not be exact."""
         recording = getattr(self.reward_model, "recording", None)
         if recording is not None:
             self.reward_model.recording = False
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         try:
-            yield
+            with torch.random.fork_rng(devices=devices):
+                yield
         finally:
             if recording is not None:
                 self.reward_model.recording = recording

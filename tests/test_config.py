@@ -206,6 +206,8 @@ def test_ppo_config_defaults_and_checks():
     assert parse_args(ppo_types, ["--response_length", "64"])[-1].max_completion_length == 64
     with pytest.raises(UserError, match="--target_kl must be > 0"):
         parse_args(ppo_types, ["--target_kl", "0"])
+    with pytest.raises(UserError, match="--target_kl adapts --kl_coef, which is 0 here"):
+        parse_args(ppo_types, ["--kl_coef", "0", "--target_kl", "6"])
 
 
 def test_frozen_reward_model_dtype_is_bfloat16_on_a_gpu_unless_set():

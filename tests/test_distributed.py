@@ -258,3 +258,39 @@ def test_a_user_error_in_a_two_process_launch_is_said_once(tiny_models, tmp_path
     assert result.returncode != 0
     lines = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "no_such_model" in lines[0], result.stderr[-2000:]
+
+
+# Each process whitens its own slice of a rollout with sums over both (rlhf.ppo_trainer.masked_whiten, as PPO's
+# train() calls it); process 0's slice is flat (value-model noise and the KL term only), process 1's varies.
+WHITEN = '''
+import sys
+import torch
+from accelerate import Accelerator
+from rlhf.ppo_trainer import masked_whiten
+
+accelerator = Accelerator(cpu=True)
+torch.manual_seed(0)
+flat, varied = 0.01 * torch.randn(3, 5), 2.0 * torch.randn(3, 5)
+mask = torch.ones(3, 5, dtype=torch.bool)
+mask[0, 3:] = False
+mine = [flat, varied][accelerator.process_index]
+whitened = masked_whiten(mine, mask, total=lambda tensor: accelerator.reduce(tensor, "sum"))
+torch.save({"whitened": whitened, "alone": masked_whiten(mine, mask),
+            "whole": masked_whiten(torch.cat([flat, varied]), torch.cat([mask, mask])), "mask": mask},
+           f"{sys.argv[1]}/rank{accelerator.process_index}.pt")
+'''
+
+
+def test_ppo_whitens_each_process_slice_with_the_whole_rollouts_statistics(tmp_path):
+    script = tmp_path / "whiten.py"
+    script.write_text(WHITEN)
+    result = run_script(script, tmp_path, processes=2, env={"PYTHONPATH": str(Path(__file__).parents[1])},
+                        timeout=120)
+    assert_ok(result)
+    flat, varied = (torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1))
+    mask = flat["mask"]
+    # the two slices together are the whole rollout whitened at once, as one process holding it would
+    assert torch.allclose(torch.cat([flat["whitened"], varied["whitened"]]), flat["whole"], atol=1e-6)
+    # the flat slice stays small; whitened alone (TRL's, per process) it was blown up to unit size
+    assert flat["whitened"][mask].std() < 0.05
+    assert flat["alone"][mask].std() == pytest.approx(1.0, rel=1e-3)

@@ -16,6 +16,22 @@ def test_adaptive_kl_moves_toward_the_target():
     assert adaptive_kl_coef(0.1, kl=6.0, target=6.0, n_steps=100, horizon=1000) == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("kl", [0.0, 1e-9, 3.0, 6.0, 60.0, 1e9])
+@pytest.mark.parametrize("n_steps, horizon", [(1, 10_000), (16, 1), (6, 1), (640, 100), (10**9, 1)])
+def test_adaptive_kl_stays_positive_and_moves_by_a_bounded_factor(kl, n_steps, horizon):
+    """Whatever the horizon and batch, one update multiplies the coefficient by a factor in [0.8, 1.2]: uncapped,
+    `adaptive_kl_coef(0.05, 0, 6, 16, 1)` was -0.11 (the sign flipped, rewarding distance from the reference)."""
+    from rlhf.kl_control import adaptive_kl_coef
+
+    coef = 0.05
+    for _ in range(50):  # many updates in a row: still positive, never below 0.8 ** 50 of where it began
+        new = adaptive_kl_coef(coef, kl=kl, target=6.0, n_steps=n_steps, horizon=horizon)
+        assert 0.8 * coef - 1e-15 <= new <= 1.2 * coef + 1e-15 and new > 0
+        coef = new
+    assert adaptive_kl_coef(0.05, 0, 6, 16, 1) == pytest.approx(0.04)  # the issue's case: the floor, not -0.11
+    assert adaptive_kl_coef(0.05, 100, 6, 16, 1) == pytest.approx(0.06)
+
+
 def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
     import torch
 

@@ -443,3 +443,46 @@ def test_a_rollout_without_signal_after_one_with_signal_leaves_the_policy_where_
     assert hooks.state.global_step == 2 and hooks.advantages_zeroed == skip
     assert (moved("policy", hooks.trained_policy) == 0) == skip  # TRL's: every weight moved
     assert moved("value", hooks.trained_value_model) > 0  # the value model still learns the flat rollout's returns
+    # nor does the flat rollout spend the policy's learning-rate schedule: it counted one step, not two
+    assert hooks.lr_scheduler.last_epoch == (1 if skip else 2)
+
+
+def test_masked_whiten_on_one_process_is_trls_to_the_bit():
+    import torch
+
+    from rlhf.ppo_trainer import masked_mean, masked_whiten
+
+    torch.manual_seed(0)
+    values, mask = torch.randn(4, 7), torch.rand(4, 7) > 0.3
+    # TRL 1.12's masked_var and masked_whiten, as they were
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask) * (mask.sum() / (mask.sum() - 1))
+    expected = (values - mean) * torch.rsqrt(variance + 1e-8)
+    assert torch.equal(masked_whiten(values, mask), expected)
+    assert torch.equal(masked_whiten(values, mask, shift_mean=False), expected + mean)
+
+
+def test_masked_whiten_with_totals_uses_the_statistics_of_every_process():
+    """Two processes' slices whitened with sums over both equal the whole rollout whitened on one process; a flat
+    slice's values then stay small instead of being blown up to unit size."""
+    import torch
+
+    from rlhf.ppo_trainer import masked_whiten
+
+    torch.manual_seed(0)
+    flat = 0.01 * torch.randn(3, 5)  # value-model noise and the KL term: no reward signal in this slice
+    varied = 2.0 * torch.randn(3, 5)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[0, 3:] = False
+    slices = [flat, varied]
+
+    whole = masked_whiten(torch.cat(slices), torch.cat([mask, mask]))  # one process holding the whole rollout
+    # Each process's `total` returns the sum over both of what each computed at that call (accelerator.reduce's
+    # "sum"): the count, the sum, then the squared deviations from the common mean.
+    mean = sum((v * mask).sum() for v in slices) / (2 * mask.sum())
+    sums = [2 * mask.sum(), sum((v * mask).sum() for v in slices), sum(((v - mean) ** 2 * mask).sum() for v in slices)]
+    pieces = [masked_whiten(values, mask, total=lambda tensor, calls=iter(sums): next(calls)) for values in slices]
+    assert torch.allclose(torch.cat(pieces), whole, atol=1e-6)
+    alone = masked_whiten(flat, mask)  # TRL's: the flat slice whitened by itself
+    assert alone[mask].std() == pytest.approx(1.0, rel=1e-3)
+    assert pieces[0][mask].std() < 0.05
