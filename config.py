@@ -235,13 +235,15 @@ class RewardArguments(RewardModelArguments):
                                "help": "boxed_answer: reward of a correct answer (--reward_correct works too)."}
     )
     boxed_wrong_reward: float = field(
-        default=-1.0, metadata={"aliases": ["--reward_wrong", "--reward-wrong"],
-                                "help": "boxed_answer: reward of a wrong answer (--reward_wrong works too)."}
+        default=0.0, metadata={"aliases": ["--reward_wrong", "--reward-wrong"],
+                               "help": "boxed_answer: reward of a wrong answer, at most --boxed_missing_reward "
+                               "(more would teach boxing guesses; --reward_wrong works too)."}
     )
     boxed_missing_reward: float = field(
-        default=-0.5, metadata={"aliases": ["--reward_no_answer", "--reward-no-answer"],
-                                "help": "boxed_answer: reward when there is no \\boxed{} answer (--reward_no_answer "
-                                "works too)."}
+        default=0.0, metadata={"aliases": ["--reward_no_answer", "--reward-no-answer"],
+                               "help": "boxed_answer: reward when there is no \\boxed{} answer. A completion cut off "
+                               "at the length limit scores the lower of this and --boxed_wrong_reward "
+                               "(--reward_no_answer works too)."}
     )
 
     def __post_init__(self):

@@ -37,6 +37,10 @@ MATH_TRAIN, MATH_TEST = ROOT / "data" / "math_train.jsonl", ROOT / "data" / "mat
 MATH_SYSTEM_PROMPT = (
     "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. \\boxed{5}"
 )
+# Only a correct answer that ends pays (boxed_answer 1 / 0 / 0; a completion cut off at the length limit, 0);
+# boxed_format is logged, not paid. Paid at weight 1 (with the seeds' 1 / -1 / -0.5), a boxed wrong answer earned 0
+# against no answer's -0.5, and GRPO learnt to box wrong answers (docs/rewards.md, What each outcome earns).
+MATH_REWARDS = ["--reward_funcs", "boxed_answer", "boxed_format", "--reward_weights", 1, 0]
 
 # Settings per task and machine, chosen by measurement (docs/results.md) so that each CPU run takes at most 25
 # minutes on 2 cores (math: 18 min 42 s at seed 1; reward model: 18 min 15 s at seed 42 from a fresh clone, the
@@ -258,7 +262,7 @@ def cli(args=None):
     seed = ["--seed", args.seed]
     trained = [out / "grpo", out / "ppo"]
     if args.task == "math":  # both trained on the verifier's reward, with no reward model
-        rewards = ["--reward_funcs", "boxed_answer", "boxed_format", "--system_prompt", MATH_SYSTEM_PROMPT]
+        rewards = [*MATH_REWARDS, "--system_prompt", MATH_SYSTEM_PROMPT]
         common = ["--model_name_or_path", base, "--dataset_name", MATH_TRAIN, "--max_samples", 0, *rewards, *seed,
                   *ONE_CHECKPOINT, "--eval_dataset_name", MATH_TEST]
         data = ["--dataset_name", MATH_TEST, "--train_samples", 0, *rewards]

@@ -20,7 +20,14 @@ from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, Rewa
 from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
-from rlhf.models import load_tokenizer, peft_config, reward_model_dtype, trainable_model_path, trained_model_kwargs
+from rlhf.models import (
+    load_tokenizer,
+    peft_config,
+    reward_model_dtype,
+    stop_token_ids,
+    trainable_model_path,
+    trained_model_kwargs,
+)
 from rlhf.processes import is_main_process, on_gpu
 from rlhf.reward import reward_model_scorer
 from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
@@ -64,7 +71,8 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     load_scorer = functools.partial(reward_model_scorer, reward_args.reward_model_name_or_path, scorer_dtype,
                                     training_args.trust_remote_code, training_args.device)
-    reward_funcs = load_reward_funcs(reward_args.reward_funcs, load_scorer, reward_args.boxed_rewards)
+    stops = stop_token_ids(tokenizer, model_args.model_name_or_path)  # boxed_answer: a completion cut off earns less
+    reward_funcs = load_reward_funcs(reward_args.reward_funcs, load_scorer, reward_args.boxed_rewards, stops)
 
     ################
     # Training

@@ -69,7 +69,8 @@ def main(model_args, data_args, training_args):
     ################
     run.record()
     policy, ref_policy, reward_model, value_model = load_ppo_models(model_args, training_args, tokenizer, resume_from)
-    functions = load_reward_funcs(reward_funcs, lambda: reward_model, training_args.boxed_rewards)
+    functions = load_reward_funcs(reward_funcs, lambda: reward_model, training_args.boxed_rewards,
+                                  {tokenizer.eos_token_id})  # PPO's completions end at EOS (--stop_token eos)
     if reward_funcs != ["reward_model"] or training_args.reward_weights:  # else TRL scores with the model alone
         reward_model = PPORewards(reward_funcs, functions, training_args.reward_weights, tokenizer, prompts,
                                   train_dataset["input_ids"])

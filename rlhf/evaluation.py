@@ -79,7 +79,8 @@ def score(funcs, weights, rows, completions):
     columns = {key: [row[key] for row, _ in flat] for key in rows[0] if key != "prompt"}
     prompts = [row["prompt"] for row, _ in flat]
     messages = [[{"role": "assistant", "content": c["text"]}] for _, c in flat]
-    per_func = {func.__name__: func(prompts=prompts, completions=messages, **columns) for func in funcs}
+    ended = [c["ended_with_eos"] for _, c in flat]  # boxed_answer: a completion cut off earns less
+    per_func = {func.__name__: func(prompts=prompts, completions=messages, ended=ended, **columns) for func in funcs}
     verifier = next((getattr(func, "func", func) for func in funcs if func.__name__ == "boxed_answer"), None)
     for i, (_, completion) in enumerate(flat):
         completion["rewards"] = {name: values[i] for name, values in per_func.items()}

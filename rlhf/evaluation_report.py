@@ -71,6 +71,7 @@ def scoring_record(rewards, weights, reward_model_dtype):
     if "boxed_answer" in rewards.reward_funcs:
         correct, wrong, missing = rewards.boxed_rewards
         record["boxed_answer"] = {"correct": correct, "wrong": wrong, "missing": missing, "timeout": wrong,
+                                  "cut_off": min(wrong, missing),
                                   "time_limit_s": verifier.TIME_LIMIT, "max_answer_chars": verifier.MAX_ANSWER_CHARS}
     return record
 

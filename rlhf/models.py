@@ -113,6 +113,19 @@ def tokenizer_source(path):
     return base if base is not None and not has_tokenizer else path
 
 
+def stop_token_ids(tokenizer, name_or_path):
+    """The tokens that end a completion in TRL's GRPO: the tokenizer's EOS and every EOS the model's generation config
+    declares (e.g. an end-of-turn token); a completion whose last token is none of them was cut off."""
+    from transformers import GenerationConfig
+
+    try:
+        declared = GenerationConfig.from_pretrained(loadable(name_or_path)).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's EOS alone, as TRL then uses
+        declared = None
+    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
+    return {tokenizer.eos_token_id, *declared}
+
+
 def load_causal_lm(path, dtype="float32", trust_remote_code=False):
     """A causal LM and its tokenizer (left padding); a LoRA adapter folder is loaded onto its base and merged."""
     from transformers import AutoModelForCausalLM

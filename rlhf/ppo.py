@@ -129,9 +129,13 @@ class PPORewards(torch.nn.Module):
         texts = self.tokenizer.batch_decode(query_responses[:, context_length:], skip_special_tokens=True)
         columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
         state = self.trainer_state() if self.trainer_state else None
+        eos = self.tokenizer.eos_token_id
+        # as TRL's GRPO passes them: each completion's ids up to and including its EOS (all of them if it has none)
+        completions = query_responses[:, context_length:].tolist()
+        ids = [row[: row.index(eos) + 1] if eos in row else row for row in completions]
         return {"prompts": [row["prompt"] for row in rows],
                 "completions": [[{"role": "assistant", "content": text}] for text in texts],
-                "trainer_state": state, **columns}
+                "completion_ids": ids, "trainer_state": state, **columns}
 
     def recorded_metrics(self, gather):
         """`rewards/<name>/mean` and `std` of the scores since the last call, over all processes (`gather`)."""

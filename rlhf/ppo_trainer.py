@@ -814,7 +814,8 @@ class PPOTrainer(Trainer):
                 metrics["policy/entropy_avg"] = gathered(entropy_stats).mean().item()
                 metrics["val/ratio"] = gathered(ratio_stats).mean().item()
                 metrics["val/ratio_var"] = _variance(gathered(ratio_stats))
-                metrics["val/num_eos_tokens"] = gathered((responses == processing_class.eos_token_id).sum()).sum().item()
+                eos_tokens = (responses == processing_class.eos_token_id).sum()
+                metrics["val/num_eos_tokens"] = gathered(eos_tokens).sum().item()  # every process's
                 metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
                 metrics["episode"] = self.state.episode
                 metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)

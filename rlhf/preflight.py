@@ -14,7 +14,7 @@ from rlhf.checks import (
 )
 from rlhf.errors import UserError
 from rlhf.reward import REWARD_HINT, check_reward_model, check_value_model
-from rlhf.reward_funcs import check_reward_funcs, check_reward_weights
+from rlhf.reward_funcs import check_reward_funcs, check_reward_order, check_reward_weights
 
 
 def grpo(model_args, data_args, reward_args, training_args):
@@ -27,6 +27,7 @@ def grpo(model_args, data_args, reward_args, training_args):
                            REWARD_HINT)
     check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
     check_reward_funcs(reward_args.reward_funcs)  # a user's module imports, its signature can be called
+    _warn(check_reward_order(reward_args.reward_funcs, training_args.reward_weights, reward_args.boxed_rewards))
     check_quantization(model_args)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     if training_args.use_vllm:
@@ -51,6 +52,7 @@ def ppo(model_args, data_args, training_args):
     check_lora_targets(model_args, policy, trust_remote_code=trust)
     check_reward_weights(training_args.reward_weights, reward_funcs)
     check_reward_funcs(reward_funcs)  # a user's module imports, its signature can be called
+    _warn(check_reward_order(reward_funcs, training_args.reward_weights, training_args.boxed_rewards))
     if "reward_model" in reward_funcs:
         check_reward_model(reward_path, trust)
     check_value_model(value_path, trust)
@@ -101,3 +103,11 @@ def _policy(name_or_path, data_args, completion_length, trust_remote_code):
     fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_code)
     lengths = {"--max_prompt_length": data_args.max_prompt_length, "--max_completion_length": completion_length}
     return check_policy(name_or_path, "--model_name_or_path", lengths, trust_remote_code)
+
+
+def _warn(line):
+    """Print a warning line once (the main process), where a check found something to say but nothing to refuse."""
+    from rlhf.processes import is_main_process
+
+    if line and is_main_process():
+        print(line, flush=True)

@@ -5,8 +5,10 @@ A reward function follows TRL's signature: `func(prompts, completions, **columns
 a keyword argument holding one value per completion. `--reward_funcs` names them:
 
     reward_model        the frozen reward model at --reward_model_name_or_path (the default)
-    boxed_answer        +1 / -1 / -0.5: the final \\boxed{...} answer is correct / wrong / missing (rlhf/verifier.py)
-    boxed_format        1 if the completion gives a final \\boxed{...} answer, else 0
+    boxed_answer        1 / 0 / 0: the final \\boxed{...} answer is correct / wrong / missing (rlhf/verifier.py); a
+                        completion cut off before its end scores the lower of wrong and missing
+    boxed_format        1 if the completion gives a final \\boxed{...} answer, else 0 (a metric to log: see
+                        `reward_order_problems` before paying it)
     my_module.my_reward any function importable by its dotted path (the current folder is importable)
 """
 
@@ -39,19 +41,26 @@ class BoxedAnswer:
     """The math verifier as a reward function; the reference comes from `ground_truth` or a GSM8K `answer`.
 
     A completion too costly to check (rlhf/verifier.py: pre-filter or time limit) scores as wrong and is counted
-    in `timeouts`, with a warning for each batch that has one. A class, not a closure, so that it pickles.
+    in `timeouts`, with a warning for each batch that has one. A completion cut off at the length limit (it did not
+    end: its last token is not one of `stop_token_ids`, read from the `completion_ids` that TRL passes, or `ended`)
+    has no final answer yet: it scores the lower of wrong and missing, so running on never pays (a box repeated until
+    the limit would otherwise score as the answer). Its verdict stays the verifier's. A class, not a closure, so that
+    it pickles.
     """
 
     __name__ = "boxed_answer"
 
-    def __init__(self, correct=1.0, wrong=-1.0, missing=-0.5, time_limit=verifier.TIME_LIMIT):
+    def __init__(self, correct=1.0, wrong=0.0, missing=0.0, time_limit=verifier.TIME_LIMIT, stop_token_ids=()):
         self.rewards = {verifier.CORRECT: correct, verifier.WRONG: wrong, verifier.TIMEOUT: wrong,
                         verifier.MISSING: missing}
+        self.cut_off = min(wrong, missing)
         self.time_limit = time_limit
+        self.stop_token_ids = set(stop_token_ids)
         self.timeouts = 0
         self.last_verdicts = []  # of the last call, one per completion: what the evaluation reports
 
-    def __call__(self, prompts, completions, ground_truth=None, answer=None, **kwargs):
+    def __call__(self, prompts, completions, ground_truth=None, answer=None, completion_ids=None, ended=None,
+                 **kwargs):
         references = ground_truth if ground_truth is not None else answer
         if references is None:
             raise ValueError("the dataset has neither a `ground_truth` nor an `answer` column")
@@ -65,12 +74,15 @@ class BoxedAnswer:
                 f"boxed_answer: {timeouts} of {len(verdicts)} completions were too costly to check (over "
                 f"{self.time_limit} s, or huge numbers) and score as wrong; {self.timeouts} so far"
             )
-        return [self.rewards[v] for v in verdicts]
+        if ended is None and completion_ids is not None and self.stop_token_ids:
+            ended = [len(ids) > 0 and ids[-1] in self.stop_token_ids for ids in completion_ids]
+        ended = ended if ended is not None else [True] * len(verdicts)
+        return [self.rewards[v] if done else self.cut_off for v, done in zip(verdicts, ended)]
 
 
-def make_boxed_answer(correct=1.0, wrong=-1.0, missing=-0.5, time_limit=verifier.TIME_LIMIT):
+def make_boxed_answer(correct=1.0, wrong=0.0, missing=0.0, time_limit=verifier.TIME_LIMIT, stop_token_ids=()):
     """The `boxed_answer` reward with these rewards for a correct, wrong and missing final answer."""
-    return BoxedAnswer(correct, wrong, missing, time_limit)
+    return BoxedAnswer(correct, wrong, missing, time_limit, stop_token_ids)
 
 
 def boxed_format(prompts, completions, **kwargs):
@@ -248,17 +260,19 @@ def _load_math_verify():
         ) from None
 
 
-def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, -1.0, -0.5)):
+def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, 0.0, 0.0), stop_token_ids=()):
     """The reward functions named on the command line, each wrapped in `CheckedRewardFunc`.
 
     Names are all resolved (user functions imported) before `reward_model_scorer`, a zero-argument callable that
-    loads the reward model, is called, so a typo costs seconds.
+    loads the reward model, is called, so a typo costs seconds. `stop_token_ids`: the tokens that end a completion
+    (`boxed_answer` scores one that has none as cut off).
     """
     resolved = {}
     for name in names:
         if name == "boxed_answer":
             _load_math_verify()
-            resolved[name] = CheckedRewardFunc(make_boxed_answer(*boxed_rewards), name)
+            func = make_boxed_answer(*boxed_rewards, stop_token_ids=stop_token_ids)
+            resolved[name] = CheckedRewardFunc(func, name)
         elif name == "boxed_format":
             resolved[name] = CheckedRewardFunc(boxed_format, name)
         elif "." in name:
@@ -271,3 +285,73 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, -1.0,
         resolved["reward_model"] = reward_model_scorer()  # checks its own values
     return [resolved[name] for name in names]
 
+
+
+################
+# What each outcome earns
+################
+
+# A math completion's possible outcomes, each as a completion of "What is 2 + 3?" (ground truth 5) and whether it
+# ended (False: cut off at the length limit).
+OUTCOMES = {
+    "correct": ("2 + 3 = 5. \\boxed{5}", True),
+    "wrong": ("2 + 3 = 6. \\boxed{6}", True),
+    "no answer": ("2 + 3 = 5.", True),
+    "correct, cut off": ("2 + 3 = 5. \\boxed{5} \\boxed{5} \\boxed", False),
+    "wrong, cut off": ("2 + 3 = 6. \\boxed{6} \\boxed{6} \\boxed", False),
+    "no answer, cut off": ("2 + 3 = 5, and 5 is", False),
+}
+
+
+def outcome_rewards(names, weights=None, boxed_rewards=(1.0, 0.0, 0.0)):
+    """{outcome: the weighted total it earns} under these rule-based reward functions (the package's own functions
+    score each outcome of `OUTCOMES`), or None when one of them is not rule-based (a reward model, a user's
+    function): then no table can be worked out in advance."""
+    if not names or any(name not in ("boxed_answer", "boxed_format") for name in names):
+        return None
+    weights = list(weights or [1.0] * len(names))
+    funcs = {"boxed_answer": make_boxed_answer(*boxed_rewards), "boxed_format": boxed_format}
+    texts = [[{"role": "assistant", "content": text}] for text, _ in OUTCOMES.values()]
+    ended = [done for _, done in OUTCOMES.values()]
+    prompts = [[{"role": "user", "content": "What is 2 + 3?"}]] * len(texts)
+    totals = [0.0] * len(texts)
+    for name, weight in zip(names, weights):
+        if name == "boxed_answer":
+            _load_math_verify()
+        values = funcs[name](prompts=prompts, completions=texts, ground_truth=["5"] * len(texts), ended=ended)
+        totals = [total + weight * value for total, value in zip(totals, values)]
+    return dict(zip(OUTCOMES, totals))
+
+
+def reward_order_problems(totals):
+    """What a policy would learn to game under these outcome totals (`outcome_rewards`), one phrase each; [] when a
+    correct answer earns more than every other outcome, a wrong answer no more than none, and a completion cut off no
+    more than an ended wrong or missing one. Under GRPO's group normalisation only this order matters."""
+    if totals is None:
+        return []
+    problems = []
+    others = {name: value for name, value in totals.items() if name != "correct"}
+    beaten = [name for name, value in others.items() if value >= totals["correct"]]
+    if beaten:
+        problems.append(f"a correct answer ({totals['correct']:g}) earns no more than {', '.join(beaten)}")
+    if totals["wrong"] > totals["no answer"]:
+        problems.append(f"a wrong answer ({totals['wrong']:g}) earns more than none ({totals['no answer']:g}): the "
+                        "policy learns to box guesses")
+    floor = min(totals["wrong"], totals["no answer"])
+    running_on = [name for name in OUTCOMES if name.endswith("cut off") and totals[name] > floor]
+    if running_on:
+        kinds = " or ".join(name.removesuffix(", cut off") for name in running_on)
+        problems.append(f"a completion cut off at the length limit ({kinds}: up to "
+                        f"{max(totals[name] for name in running_on):g}) earns more than an ended wrong or missing "
+                        f"answer ({floor:g}): the policy learns not to end")
+    return problems
+
+
+def check_reward_order(names, weights, boxed_rewards):
+    """A warning line (or None) when rule-based rewards let a policy earn more by gaming them than by answering."""
+    problems = reward_order_problems(outcome_rewards(names, weights, boxed_rewards))
+    if not problems:
+        return None
+    return (f"warning: these rewards can be gamed: {'; '.join(problems)}. Pay the format only with a correct answer "
+            "(e.g. --reward_weights 1 0 logs boxed_format without paying it) and give a wrong answer no more than a "
+            "missing one (docs/rewards.md, What each outcome earns)")

@@ -138,7 +138,7 @@ def test_errors_in_the_checked_function_reach_the_caller():
 
 
 def test_boxed_answer_counts_and_logs_what_it_could_not_check(caplog):
-    reward = make_boxed_answer(time_limit=0.2)
+    reward = make_boxed_answer(1.0, -1.0, -0.5, time_limit=0.2)
     completions = [r"\boxed{5}", r"\boxed{10^{10^{10}}}", SLOW, "no box"]
     with caplog.at_level(logging.WARNING, logger="rlhf.reward_funcs"):
         assert reward(prompts=[None] * 4, completions=completions, ground_truth=["5"] * 4) == [1.0, -1.0, -1.0, -0.5]
