@@ -53,6 +53,14 @@ KL_MAX = 1.0
 # the mean completion length). Measured (temperature 0.7): GRPO 0.33-0.78, falling; PPO 0.62-0.93. Below ENTROPY_MIN
 # the policy samples nearly the same completion every time: GRPO's groups stop varying and PPO stops exploring.
 ENTROPY_MIN = 0.05
+# A reward being gamed: one paid reward function's mean (`rewards/<f>/mean`) falls by GAMED_FALL or more between the
+# run's first GAMED_WINDOW logs and its last GAMED_WINDOW while the weighted total rises, or while another function
+# rises by as much (a format term saturating while accuracy falls). In the function's own units (the rule-based
+# rewards score on a 0-1 or -1..1 scale). Measured (math quickstart, the seeds' 1 / -1 / -0.5 with boxed_format paid
+# at weight 1): healthy runs' boxed_answer fell by at most 0.08 between their first and last 3 logs (CPU seeds 1, 7;
+# H200 seed 42; the PPO runs); the gamed H200 run at seed 1 by 0.28 (-0.52 -> -1.0 while boxed_format rose to 1.0).
+GAMED_WINDOW = 3
+GAMED_FALL = 0.15
 # Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: the reward-model
 # quickstart reaches 1.00 on 40 held-out pairs (seeds 1-3, docs/results.md).
 REWARD_ACCURACY_MIN = 0.6
@@ -92,6 +100,26 @@ def slope(values):
         return 0.0
     mx, my = (n - 1) / 2, sum(values) / n
     return sum((i - mx) * (v - my) for i, v in enumerate(values)) / sum((i - mx) ** 2 for i in range(n))
+
+
+def gamed_reward(means, total, weights, window=GAMED_WINDOW, min_fall=GAMED_FALL):
+    """(the function that fell, by how much, what rose) when a paid reward function's mean fell by `min_fall` or more
+    between the first and the last `window` logs while the total or another function rose (another by `min_fall` or
+    more); else None. `means`: {function: [its mean per log]}, `total`: the weighted total per log, `weights`:
+    {function: weight} (a function of weight 0 is logged, not paid: its fall games nothing, its rise may)."""
+    def change(values):
+        return sum(values[-window:]) / window - sum(values[:window]) / window
+
+    grown = {name: change(values) for name, values in means.items() if len(values) >= 2 * window}
+    for name, fall in sorted(grown.items(), key=lambda item: item[1]):
+        if -fall < min_fall or weights.get(name, 1.0) == 0:
+            continue
+        risers = [other for other, rise in grown.items() if other != name and rise >= min_fall]
+        if risers:
+            return name, -fall, risers[0]
+        if len(total) >= 2 * window and change(total) > 0:
+            return name, -fall, "the total reward"
+    return None
 
 
 def length_hacking(rewards, lengths, window=LENGTH_WINDOW, min_correlation=LENGTH_CORRELATION, min_rise=LENGTH_RISE):
@@ -142,9 +170,9 @@ class HealthMonitor:
         for key in ("completions/clipped_ratio", "frac_reward_zero_std", "reward", "objective/scores",
                     "completions/mean_length"):
             add(key, logs.get(key))
-        stds = {key: value for key, value in logs.items()
-                if key.startswith("rewards/") and key.endswith("/std") and isinstance(value, (int, float))}
-        for key, value in stds.items():
+        per_function = {key: value for key, value in logs.items() if key.startswith("rewards/")
+                and key.endswith(("/std", "/mean")) and isinstance(value, (int, float))}
+        for key, value in per_function.items():
             add(key, value)
         add("objective/rollout_without_signal", logs.get("objective/rollout_without_signal"))  # PPO's
         new_kl = add("kl_per_token", _per_token(logs, "kl"))
@@ -196,7 +224,8 @@ class HealthMonitor:
         for key, values in s.items():
             # Constant since the run began: it cannot score these completions. A reward that every completion has
             # come to earn in full (a format learnt) varied before it saturated, and is no alarm.
-            if key.startswith("rewards/") and sustained(values, 1e-8, max(WINDOW, len(values)), below=True):
+            constant = sustained(values, 1e-8, max(WINDOW, len(values)), below=True)
+            if key.startswith("rewards/") and key.endswith("/std") and constant:
                 function = key.split("/")[1]
                 yield self._alarm(
                     f"reward_constant/{function}", key, values[-1], 0.0, step,
@@ -206,6 +235,18 @@ class HealthMonitor:
                     comparison="==",
                 )
         reward = s.get("reward") or s.get("objective/scores", [])
+        means = {key.split("/")[1]: values for key, values in s.items()
+                 if key.startswith("rewards/") and key.endswith("/mean")}
+        gamed = gamed_reward(means, reward, flags.get("reward_weights") or {})
+        if gamed is not None:
+            function, fall, riser = gamed
+            yield self._alarm(
+                "reward_gamed", f"fall of rewards/{function}/mean", fall, GAMED_FALL, step,
+                "check completions by hand (--log_completions) and what each outcome earns (docs/rewards.md): pay a "
+                "format term only with a correct answer, a wrong answer no more than a missing one",
+                f"reward function {function} fell by {fall:.2f} since the run began while {riser} rose: the policy may "
+                "be earning the reward without doing what it measures", logs=1,
+            )
         r = length_hacking(reward, s.get("completions/mean_length", []))
         if r is not None:
             length = s["completions/mean_length"]

@@ -317,8 +317,11 @@ class TrainingRun:
             except (KeyError, TypeError):
                 earlier = []
         training = self.configs[-1]
+        names = next((config.reward_funcs for config in self.configs if hasattr(config, "reward_funcs")), [])
+        weights = getattr(training, "reward_weights", None) or [1.0] * len(names)
         flags = {"kind": self.script.removeprefix("train_").removesuffix(".py"),
-                 "max_completion_length": getattr(training, "max_completion_length", None)}
+                 "max_completion_length": getattr(training, "max_completion_length", None),
+                 "reward_weights": dict(zip(names, weights))}
         self.health = health_callback(flags, raised=[alarm.name for alarm in earlier])
         self.health.monitor.alarms.extend(earlier)
         if self.checkpoint is not None:  # the checks judge the whole run, its logs before this launch included

@@ -268,3 +268,64 @@ def test_a_continued_run_raises_no_alarm_its_whole_history_contradicts(tiny_mode
     assert [step for step, _ in logged] == [1, 2, 3, 4, 5, 6] and logged[0][1] > 0 and logged[-1][1] == 0
     assert "gave every completion the same score" not in result.stdout
     assert not [alarm for alarm in read_report(out)["health"] if alarm["name"].startswith("reward_constant")]
+
+
+# The gamed H200 run at seed 1 (math quickstart, the seeds' 1 / -1 / -0.5 with boxed_format paid at weight 1):
+# boxed_answer from -0.52 to -1.0, 0.28 lower over its last 3 logs than its first 3, while boxed_format rose to 1.0.
+GAMED = {"boxed_answer": [-0.52, -0.66, -0.77, -0.85, -0.88, -0.90, -0.93, -0.96],
+         "boxed_format": [0.10, 0.25, 0.45, 0.70, 0.85, 0.95, 1.00, 1.00]}
+# A healthy run of the same recipe: boxed_answer 0.08 lower at its end (the most the healthy runs fell), its format
+# learnt.
+HEALTHY = {"boxed_answer": [-0.50, -0.42, -0.60, -0.55, -0.45, -0.62, -0.58, -0.60],
+           "boxed_format": [0.10, 0.25, 0.45, 0.70, 0.85, 0.95, 1.00, 1.00]}
+
+
+def observe_rewards(monitor, means, weights, total_key="reward"):
+    raised = []
+    for step in range(len(next(iter(means.values())))):
+        logs = {f"rewards/{name}/mean": values[step] for name, values in means.items()}
+        logs[total_key] = sum(weights[name] * values[step] for name, values in means.items())
+        raised.append(monitor.observe(logs, step + 1))
+    return raised
+
+
+@pytest.mark.parametrize("kind, total_key", [("grpo", "reward"), ("ppo", "objective/scores")])
+def test_a_reward_function_falling_while_the_total_rises_is_an_alarm_while_the_run_trains(kind, total_key):
+    weights = {"boxed_answer": 1.0, "boxed_format": 1.0}
+    raised = observe_rewards(HealthMonitor({"kind": kind, "reward_weights": weights}), GAMED, weights, total_key)
+    # from the 6th log on (3 logs to compare with the first 3): at once, and once
+    assert [len(alarms) for alarms in raised] == [0, 0, 0, 0, 0, 1, 0, 0]
+    alarm = raised[5][0]
+    assert alarm.name == "reward_gamed" and alarm.metric == "fall of rewards/boxed_answer/mean"
+    assert "boxed_answer fell by 0.23 since the run began while boxed_format rose" in alarm.line
+    assert "(fall of rewards/boxed_answer/mean 0.227 > 0.15, step 6)" in alarm.line
+    assert "docs/rewards.md" in alarm.advice and alarm.value == pytest.approx(0.226667, abs=1e-6)
+    # the whole run, replayed: 0.28 at its end, as measured
+    from rlhf.health import gamed_reward
+
+    assert gamed_reward(GAMED, [], weights) == ("boxed_answer", pytest.approx(0.28, abs=1e-9), "boxed_format")
+
+
+def test_no_gamed_reward_alarm_on_healthy_runs():
+    weights = {"boxed_answer": 1.0, "boxed_format": 1.0}
+    assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), HEALTHY, weights))
+    # today's quickstart: boxed_format logged, not paid; both rise as the model learns
+    weights = {"boxed_answer": 1.0, "boxed_format": 0.0}
+    learning = {"boxed_answer": [0.0, 0.02, 0.05, 0.1, 0.2, 0.25, 0.3, 0.35],
+                "boxed_format": [0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 1.0, 1.0]}
+    assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), learning, weights))
+    # a function logged at weight 0 that falls games nothing: no alarm
+    falling_format = {"boxed_answer": learning["boxed_answer"], "boxed_format": learning["boxed_format"][::-1]}
+    assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), falling_format,
+                                   weights))
+    # one function alone: the total is that function, it cannot fall while the total rises
+    alone = {"reward_model": [0.1, 0.5, 0.2, 0.9, -0.3, 0.4, 0.0, 0.2]}
+    assert not any(observe_rewards(HealthMonitor({"kind": "grpo"}), alone, {"reward_model": 1.0}))
+
+
+def test_accuracy_falling_while_an_unpaid_format_term_saturates_is_an_alarm():
+    weights = {"boxed_answer": 1.0, "boxed_format": 0.0}
+    means = {"boxed_answer": [0.30, 0.28, 0.25, 0.15, 0.10, 0.05, 0.02, 0.0],
+             "boxed_format": [0.4, 0.5, 0.6, 0.8, 0.95, 1.0, 1.0, 1.0]}
+    raised = observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), means, weights)
+    assert [alarm.name for alarms in raised for alarm in alarms] == ["reward_gamed"]
