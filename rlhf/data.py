@@ -15,6 +15,7 @@ import logging
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlhf.bundled import PREFERENCES
 from rlhf.errors import UserError, first_line
 
 logger = logging.getLogger(__name__)
@@ -65,13 +66,13 @@ def load_rows(dataset_name, split="train", max_samples=None):
         if reason and not _in_datasets_cache(dataset_name):
             raise UserError(f"cannot reach the Hugging Face Hub ({reason}) to download dataset '{dataset_name}', and "
                             "it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local file, "
-                            "e.g. --dataset_name data/preferences.jsonl (`python quickstart.py` runs offline)")
+                            f"e.g. the shipped pairs: --dataset_name {PREFERENCES}")
         try:
             dataset = _pick_split(datasets.load_dataset(dataset_name), split, dataset_name)
         except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
             raise UserError(
                 f"cannot load dataset '{dataset_name}' ({type(error).__name__}); offline, run `python quickstart.py` "
-                "or pass a local file, e.g. --dataset_name data/preferences.jsonl"
+                f"or pass a local file, e.g. the shipped pairs: --dataset_name {PREFERENCES}"
             ) from None
     if max_samples:
         dataset = dataset.select(range(min(max_samples, len(dataset))))
@@ -298,7 +299,7 @@ def build_preference_dataset(dataset):
         raise UserError(
             f"dataset columns {sorted(dataset.column_names)} hold prompts only, no chosen/rejected pairs; the reward "
             "model trains on pairs: give a dataset with `chosen` and `rejected` answers beside `question` (Intel "
-            "ORCA) or `prompt` (H4 ORCA), e.g. data/preferences.jsonl"
+            f"ORCA) or `prompt` (H4 ORCA), e.g. {PREFERENCES}"
         )
     check_filled(dataset, [PROMPT_COLUMNS[schema], "chosen", "rejected"])
     pairs = dataset.map(

@@ -244,8 +244,8 @@ class HealthMonitor:
                 "reward_gamed", f"fall of rewards/{function}/mean", fall, GAMED_FALL, step,
                 "check completions by hand (--log_completions) and what each outcome earns (docs/rewards.md): pay a "
                 "format term only with a correct answer, a wrong answer no more than a missing one",
-                f"reward function {function} fell by {fall:.2f} since the run began while {riser} rose: the policy may "
-                "be earning the reward without doing what it measures", logs=1,
+                f"reward function {function} fell by {fall:.2f} since the run began while {riser} rose: the policy "
+                "may be earning the reward without doing what it measures", logs=1,
             )
         r = length_hacking(reward, s.get("completions/mean_length", []))
         if r is not None:

@@ -22,13 +22,15 @@ def model_config(name_or_path, trust_remote_code=False, what="model"):
     None where a local one cannot be read before loading (the bundled model before its conversion): loading then
     says why. A Hub id that cannot be reached is a `UserError` now, rather than after loading waits for it again.
     """
-    from rlhf.bundled import is_bundled
+    from rlhf.bundled import bundled_path, is_bundled
 
     base = adapter_base(name_or_path) if Path(name_or_path).is_dir() else None
     if base is not None:
         return model_config(base, trust_remote_code, what)
-    if is_bundled(name_or_path) and not (Path(name_or_path) / "config.json").is_file():
-        return None
+    if is_bundled(name_or_path):
+        name_or_path = bundled_path(name_or_path)
+        if not (name_or_path / "config.json").is_file():  # not converted yet: loading converts it
+            return None
     from transformers import AutoConfig
 
     try:
@@ -36,8 +38,8 @@ def model_config(name_or_path, trust_remote_code=False, what="model"):
     except (OSError, ValueError) as error:
         if Path(name_or_path).expanduser().exists() or not isinstance(error, OSError):
             return None
-        raise UserError(f"cannot load {what} {name_or_path} ({first_line(error)}); offline, run `python "
-                        "quickstart.py` or pass a local folder, e.g. bundled/SmolLM2-135M-Instruct") from None
+        raise UserError(f"cannot load {what} {name_or_path} ({first_line(error)}); offline, pass a local folder, "
+                        f"e.g. the bundled SmolLM2: {bundled_hint()}") from None
 
 
 def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
@@ -58,8 +60,8 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
         if not isinstance(error, OSError):
             raise
         raise UserError(
-            f"cannot load model {name_or_path} ({first_line(error)}); offline, run `python quickstart.py` or pass "
-            "a local folder, e.g. --model_name_or_path bundled/SmolLM2-135M-Instruct"
+            f"cannot load model {name_or_path} ({first_line(error)}); offline, pass a local folder, e.g. the bundled "
+            f"SmolLM2: --model_name_or_path {bundled_hint()}"
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -98,11 +100,19 @@ def adapter_base(path):
     return base
 
 
+def bundled_hint():
+    """The bundled SmolLM2 as a hint names it: its folder on this machine, absolute (it runs from any folder; the
+    first use converts it there, ~30 s)."""
+    from rlhf.bundled import bundled_dir
+
+    return str(bundled_dir())
+
+
 def loadable(name_or_path):
     """What to load `name_or_path` from: itself; the bundled SmolLM2 is converted from its GGUF on first use."""
-    from rlhf.bundled import ensure_bundled, is_bundled
+    from rlhf.bundled import bundled_path, ensure_bundled, is_bundled
 
-    return ensure_bundled(name_or_path) if is_bundled(name_or_path) else name_or_path
+    return ensure_bundled(bundled_path(name_or_path)) if is_bundled(name_or_path) else name_or_path
 
 
 def tokenizer_source(path):
@@ -272,9 +282,9 @@ def checkpoint_dtype(name_or_path, trust_remote_code=False):
     """
     import json
 
-    from rlhf.bundled import is_bundled
+    from rlhf.bundled import bundled_path, is_bundled
 
-    path = Path(name_or_path).expanduser()
+    path = bundled_path(name_or_path) if is_bundled(name_or_path) else Path(name_or_path).expanduser()
     if is_bundled(name_or_path) and not (path / "config.json").is_file():
         return "float32"  # converted from its GGUF in float32 (rlhf/bundled.py)
     if path.is_dir():

@@ -3,8 +3,10 @@
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -24,9 +26,20 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert "(tiny random models: they write noise, so these figures mean nothing and cut-off alarms are expected" in (
         result.stdout)
     assert f"\n{out / 'grpo'} " in result.stdout and f"\n{out / 'ppo'} " in result.stdout  # the evaluation table
-    assert result.stdout.rstrip().splitlines()[-1] == (
-        f"next: python train_grpo.py --reward_model_name_or_path {out / 'reward_model'} --output_dir grpo_run "
-        "(flags: docs/training.md; the curves: python plot_training_progress.py)")
+    next_line = result.stdout.rstrip().splitlines()[-1]
+    assert next_line.startswith(f"next: python {ROOT / 'train_grpo.py'} --model_name_or_path {out / 'tiny' / 'policy'} "
+                                f"--dataset_name {ROOT / 'data' / 'preferences.jsonl'} --reward_model_name_or_path "
+                                f"{out / 'reward_model'} --output_dir {out.parent / 'grpo_run'}   (flags: ")
+    # ... and runs as printed, offline, from another folder (shortened to one step)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    command = shlex.split(next_line.removeprefix("next: ").split("   (")[0])
+    assert command[0] == "python"
+    followed = subprocess.run([sys.executable, *command[1:], "--max_steps", "1", "--max_completion_length", "8"],
+                              cwd=elsewhere, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert followed.returncode == 0, followed.stdout[-2000:] + followed.stderr[-2000:]
+    assert (out.parent / "grpo_run" / "model.safetensors").exists() and not list(elsewhere.iterdir())
     summary = json.loads((out / "quickstart_summary.json").read_text())
     assert (summary["task"], summary["seed"]) == ("rm", 42)
     assert [c["model_path"] for c in summary["comparison"]] == [str(out / "grpo"), str(out / "ppo")]
@@ -80,6 +93,9 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
         assert c["accuracy_delta_ci_low"] <= c["accuracy_delta"] <= c["accuracy_delta_ci_high"]
     manifest = json.loads((out / "grpo" / "run_manifest.json").read_text())
     assert manifest["config"]["RewardArguments"]["reward_funcs"] == ["boxed_answer", "boxed_format"]
+    assert manifest["config"]["GRPOTrainingConfig"]["reward_weights"] == [1.0, 0.0]  # boxed_format logged, not paid
+    assert (f"--dataset_name {ROOT / 'data' / 'math_train.jsonl'} --reward_funcs boxed_answer boxed_format "
+            "--reward_weights 1 0 --system_prompt \"Answer the question.") in result.stdout.rstrip().splitlines()[-1]
     assert manifest["config"]["GRPOTrainingConfig"]["seed"] == 3
     ppo = json.loads((out / "ppo" / "run_manifest.json").read_text())["config"]["PPOTrainingConfig"]
     assert (ppo["reward_funcs"], ppo["value_model_path"]) == (["boxed_answer", "boxed_format"], None)
