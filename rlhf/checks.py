@@ -209,7 +209,12 @@ def check_precision(model_args, training_args):
       precision keeps float32 weights; LoRA trains float32 adapters over a frozen half-precision base.
     - GRPO's static KV cache with float32 weights under bf16 autocast: the cache is float32, the new keys and
       values bfloat16, and generation fails (index_copy_ dtype mismatch, seen on an H100).
+    - --fp16 without a CUDA GPU: it would train in float32, silently.
     """
+    if training_args.fp16 and (training_args.use_cpu or not cuda_available()):
+        # accelerate would train in float32 without a word while the manifest recorded fp16: true
+        raise UserError("--fp16 needs a CUDA GPU (float16 autocast with a loss scaler), and this run has none; drop "
+                        "--fp16 (the CPU trains in float32), or --bf16 --use_cpu for bfloat16 autocast on the CPU")
     dtype = resolve_dtype(model_args.dtype, model_args.model_name_or_path, training_args.trust_remote_code)
     given = f"--dtype {dtype}" if dtype == model_args.dtype else f"--dtype auto (the checkpoint's {dtype})"
     half = dtype in ("bfloat16", "float16")

@@ -2,6 +2,7 @@
 accelerate would silently train as something else, and described from the prepared model once it runs."""
 
 import os
+import sys
 from pathlib import Path
 
 from rlhf.errors import UserError
@@ -26,8 +27,11 @@ ENGINE_CONFIGS = "configs/accelerate/"
 def check_engine_launch():
     """Refuse, before anything loads, a launch whose accelerate config would silently train as something else:
     - FSDP without a CUDA GPU: accelerate 1.15 sets FSDP up on GPUs only; CPU processes would train as plain DDP;
-    - `accelerate launch --cpu` with a config of several processes or an engine: `--cpu` takes accelerate's
-      one-process launcher, which starts one process without the engine (the config's other settings ignored)."""
+    - `accelerate launch --cpu` with an engine config: `--cpu` takes accelerate's one-process launcher, which starts
+      one process without the engine (the config's other settings ignored);
+    - any `accelerate launch` that asked for several processes (`--num_processes N` or its config) and started one:
+      `--cpu`, or `--num_processes N` alone where there are not N GPUs, takes that launcher too, and the run would
+      train alone, saying nothing."""
     from rlhf import processes
 
     if processes.launched_engine() == "FSDP" and not processes.cuda_available():
@@ -36,35 +40,68 @@ def check_engine_launch():
             f"processes would train as plain DDP; on CPU use {ENGINE_CONFIGS}deepspeed_zero3.yaml (parameters "
             "sharded) with DS_ACCELERATOR=cpu, see docs/multi-gpu.md"
         )
-    config_file, config = _accelerate_config_of_cpu_launch()
-    if config and (config.get("distributed_type", "NO") != "NO" or int(config.get("num_processes", 1)) > 1):
+    launch = _one_process_launch()
+    if launch is None:
+        return
+    config_file, config, processes_asked = launch
+    cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true"
+    if cpu and config_file and config.get("distributed_type", "NO") != "NO":
         raise UserError(
             f"accelerate launch --cpu --config_file {config_file} started one process without its "
             f"{config.get('distributed_type')} (--cpu takes accelerate's one-process launcher): drop --cpu; a machine "
             "without a GPU trains on the CPU anyway (DeepSpeed: DS_ACCELERATOR=cpu), see docs/multi-gpu.md"
         )
+    if processes_asked > 1:
+        script = Path(sys.argv[0]).name
+        n = processes_asked
+        why = "--cpu takes" if cpu else f"without --multi_gpu and {n} GPUs, --num_processes {n} takes"
+        raise UserError(
+            f"accelerate launch asked for {n} processes and started one ({why} accelerate's one-process launcher); "
+            f"`accelerate launch --multi_gpu --num_processes {n} --mixed_precision no {script} ...` (or `torchrun "
+            f"--nproc_per_node {n} {script} ...`) starts {n} processes, which train on the CPU where there is no "
+            "GPU (docs/multi-gpu.md)"
+        )
 
 
-def _accelerate_config_of_cpu_launch():
-    """(path, settings) of the `--config_file` of an `accelerate launch --cpu` that started this process alone; (None,
-    None) for any other start. accelerate's one-process launcher hands its config to no one: its command line says."""
+def _one_process_launch():
+    """What an `accelerate launch` whose one-process launcher started this process asked for: (its --config_file or
+    None, that file's settings, the processes asked for: --num_processes, else the config's); None for any other
+    start. That launcher hands its arguments to no one: its command line says."""
     import psutil
     import yaml
 
-    if os.environ.get("ACCELERATE_USE_CPU", "").lower() != "true" or "WORLD_SIZE" in os.environ:
-        return None, None
+    if "WORLD_SIZE" in os.environ:  # a multi-process launcher (torchrun, accelerate's, DeepSpeed's) started it
+        return None
     try:
         command = psutil.Process().parent().cmdline()
     except (psutil.Error, AttributeError):
-        return None, None
-    launcher = any(part == "launch" or part.endswith("accelerate.commands.launch") for part in command)
-    if not launcher or "--config_file" not in command[:-1]:
-        return None, None
-    path = command[command.index("--config_file") + 1]
+        return None
+    launcher = next((i for i, part in enumerate(command)
+                     if part == "launch" or part.endswith("accelerate.commands.launch")), None)
+    if launcher is None:
+        return None
+    options = command[launcher + 1:]
+    options = options[:next((i for i, part in enumerate(options) if part.endswith(".py")), len(options))]  # not the
+    # script's own flags
+
+    def option(*names):
+        for i, part in enumerate(options):
+            name, _, value = part.partition("=")
+            if name in names:
+                return value or (options[i + 1] if i + 1 < len(options) else None)
+        return None
+
+    config_file, config = option("--config_file", "--config-file"), {}
+    if config_file:
+        try:
+            config = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            config = {}
+    asked = option("--num_processes", "--num-processes") or config.get("num_processes", 1)
     try:
-        return path, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return None, None
+        return config_file, config, int(asked)
+    except ValueError:
+        return config_file, config, 1
 
 
 def describe_engine(model):

@@ -309,6 +309,9 @@ def test_a_typo_in_a_local_folder_says_it_does_not_exist_and_what_was_meant(tiny
     ("train_grpo.py", ["--report_to", "tensorbord"], "--report_to tensorbord is not supported"),
     ("train_reward_model.py", ["--report_to", "wandb"], "--report_to wandb needs its package"),
     ("train_ppo.py", ["--bf16"], "--bf16 needs a GPU with bfloat16 support"),
+    ("train_grpo.py", ["--fp16"], "--fp16 needs a CUDA GPU (float16 autocast with a loss scaler), and this run has"),
+    ("train_ppo.py", ["--fp16"], "--fp16 needs a CUDA GPU"),
+    ("train_reward_model.py", ["--fp16", "true"], "--fp16 needs a CUDA GPU"),
     ("train_grpo.py", ["--seed", "-1"], "--seed must be >= 0, got -1."),
     ("train_grpo.py", ["--top_k", "-5"], "--top_k must be >= 0, got -5."),
     ("train_grpo.py", ["--epsilon", "-0.2"], "--epsilon must be > 0, got -0.2."),
@@ -322,6 +325,7 @@ def test_a_value_that_fails_only_once_training_runs_is_refused_first(tiny_models
     import transformers.integrations.integration_utils as integrations
 
     monkeypatch.setattr("config._bf16_available", lambda: False)  # the same answer on a machine with a GPU
+    monkeypatch.setattr("rlhf.checks.cuda_available", lambda: False)
     monkeypatch.setattr(integrations, "get_available_reporting_integrations", lambda: ["tensorboard"])
     build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]
     result = run_cli(script, *build(tiny_models, tmp_path / "out"), *flags)

@@ -144,6 +144,31 @@ def _first_worker(result):
     return subprocess.CompletedProcess(result.args, 2, result.stdout, lines[0] + "\n")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("launch", [["--cpu", "--num_processes=2"], ["--num-processes", "2"]])
+def test_accelerate_launch_asking_for_two_processes_and_starting_one_is_refused_with_the_command_that_gives_two(
+        tiny_models, tmp_path, launch):
+    """`accelerate launch --num_processes 2 --cpu` (or without --cpu, on a machine without 2 GPUs) starts one process:
+    it trained alone and said only 'engine: one process'."""
+    out = tmp_path / "grpo"
+    command = [sys.executable, "-m", "accelerate.commands.launch", *launch, "--mixed_precision", "no",
+               "train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "1")]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode != 0  # accelerate's launcher adds its own traceback and exit status 1
+    why = "--cpu takes" if "--cpu" in launch else "without --multi_gpu and 2 GPUs, --num_processes 2 takes"
+    assert error_line(_first_worker(result)) == (
+        f"error: accelerate launch asked for 2 processes and started one ({why} accelerate's one-process launcher); "
+        "`accelerate launch --multi_gpu --num_processes 2 --mixed_precision no train_grpo.py ...` (or `torchrun "
+        "--nproc_per_node 2 train_grpo.py ...`) starts 2 processes, which train on the CPU where there is no GPU "
+        "(docs/multi-gpu.md)")
+    assert not out.exists()
+    if "--cpu" not in launch:  # the command it gives starts 2 processes, on the CPU
+        command[3:3] = ["--multi_gpu"]
+        assert_ok(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env))
+        assert json.loads((out / "run_manifest.json").read_text())["launches"][-1]["processes"] == 2
+
+
 def test_the_engine_asked_for_is_read_from_accelerates_launcher(monkeypatch):
     from rlhf import processes
 
