@@ -10,6 +10,7 @@ a keyword argument holding one value per completion. `--reward_funcs` names them
     boxed_format        1 if the completion gives a final \\boxed{...} answer, else 0 (a metric to log: see
                         `reward_order_problems` before paying it)
     my_module.my_reward any function importable by its dotted path (the current folder is importable)
+    path/to/file.py:fn  a function in a Python file, by path (as other RL frameworks take it)
 """
 
 import importlib
@@ -96,15 +97,54 @@ SIGNATURES = ("def f(prompts, completions, **kwargs) -> list of floats (TRL's: e
               "{'prompt': text, 'completion': text, column: value, ...})")
 
 
+def is_user_func(name):
+    """Whether a --reward_funcs name is a user's function: `module.function` or `path/to/file.py:function`."""
+    return name not in BUILTIN and ("." in name or ":" in name)
+
+
+def _file_and_function(path):
+    """(the file, the function's name) of `path/to/file.py:function`, or None for a dotted import path."""
+    file, colon, name = path.rpartition(":")
+    return (Path(file).expanduser(), name) if colon and file.endswith(".py") else None
+
+
+def _import_file(file, path):
+    """The module in the Python file `file` (named in --reward_funcs as `path`), imported under its file's stem."""
+    if not file.is_file():
+        raise UserError(f"reward function '{path}': {file} is not a file{did_you_mean_file(file)}; give "
+                        "path/to/file.py:function, the path from the current folder or absolute")
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(file.stem, module)  # as an import would: pickle and the user's own imports find it
+    spec.loader.exec_module(module)
+    return module
+
+
+def did_you_mean_file(file):
+    import difflib
+
+    folder = file.parent if file.parent.is_dir() else None
+    names = [p.name for p in folder.glob("*.py")] if folder else []
+    close = difflib.get_close_matches(file.name, names, n=1)
+    return f" (did you mean {folder / close[0]}?)" if close else ""
+
+
 def import_reward_func(path):
-    """A user function given by dotted import path, e.g. `my_rewards.brevity` (the current folder is searched), ready
-    to be called with TRL's arguments: a function of one argument (the batch as a list of dicts, as TRL's GRPO guide
-    writes it) is adapted. A module that does not import, or a signature that cannot work, is a `UserError`."""
-    module_name, _, name = path.rpartition(".")
+    """A user function given by dotted import path, e.g. `my_rewards.brevity` (the current folder is searched), or by
+    file, `path/to/my_rewards.py:brevity`, ready to be called with TRL's arguments: a function of one argument (the
+    batch as a list of dicts, as TRL's GRPO guide writes it) is adapted. A module that does not import, or a
+    signature that cannot work, is a `UserError`."""
+    import importlib.util
+
+    by_file = _file_and_function(path)
+    if by_file is None and ":" in path:
+        raise UserError(f"reward function '{path}': give module.function or path/to/file.py:function (the file "
+                        "ending in .py)")
+    module_name, _, name = path.rpartition(".") if by_file is None else (str(by_file[0]), ":", by_file[1])
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(module_name) if by_file is None else _import_file(by_file[0], path)
     except ModuleNotFoundError as error:
         if error.name is None or not module_name.startswith(error.name):  # a module the user's module imports
             raise UserError(f"the module of reward function '{path}' does not import: ModuleNotFoundError: {error}; "
@@ -113,6 +153,8 @@ def import_reward_func(path):
             f"cannot import reward function '{path}' ({error}); give a built-in ({', '.join(BUILTIN)}) or "
             "module.function importable from the current folder"
         ) from None
+    except UserError:
+        raise
     except Exception as error:  # the user's module: a syntax error, or anything its top level raised
         where = f" ({Path(error.filename).name} line {error.lineno})" if isinstance(error, SyntaxError) else ""
         raise UserError(f"the module of reward function '{path}' does not import: {type(error).__name__}{where}: "
@@ -120,7 +162,8 @@ def import_reward_func(path):
     func = getattr(module, name, None)
     if func is None:
         raise UserError(f"cannot import reward function '{path}' (module '{module_name}' has no '{name}'); give a "
-                        f"built-in ({', '.join(BUILTIN)}) or module.function importable from the current folder")
+                        f"built-in ({', '.join(BUILTIN)}), module.function importable from the current folder, or "
+                        "path/to/file.py:function")
     if not callable(func):
         raise UserError(f"reward function '{path}' is not callable")
     style = _call_style(func)
@@ -174,7 +217,7 @@ def check_reward_funcs(names):
     """Import each user function of --reward_funcs now (one line for a module that does not import or a signature
     that cannot work): before the output folder is taken or any model loads."""
     for name in names:
-        if name not in BUILTIN and "." in name:
+        if is_user_func(name):
             import_reward_func(name)
 
 
@@ -275,11 +318,12 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, 0.0, 
             resolved[name] = CheckedRewardFunc(func, name)
         elif name == "boxed_format":
             resolved[name] = CheckedRewardFunc(boxed_format, name)
-        elif "." in name:
+        elif is_user_func(name):
             resolved[name] = CheckedRewardFunc(import_reward_func(name), name)
         elif name != "reward_model":
             raise UserError(
-                f"unknown reward function '{name}'; use {', '.join(BUILTIN)} or a dotted import path (module.func)"
+                f"unknown reward function '{name}'; use {', '.join(BUILTIN)}, a dotted import path (module.func) or "
+                "a file and function (path/to/file.py:func)"
             )
     if "reward_model" in names:
         resolved["reward_model"] = reward_model_scorer()  # checks its own values

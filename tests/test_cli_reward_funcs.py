@@ -33,11 +33,15 @@ def math_args(tiny_models, tmp_path, *extra, script="train_grpo.py"):
 
 @pytest.mark.slow
 def test_grpo_with_the_boxed_answer_verifier_on_question_ground_truth_data(tiny_models, tmp_path):
-    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer"))
+    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer",
+                                                    "--reward_wrong", "-1", "--reward_no_answer", "-0.5"))
     assert_ok(result)
     logged = scalars(tmp_path / "run")
-    # A random tiny model never writes \boxed{...}: every completion gets the "no answer" reward.
-    assert [value for _, value in logged["train/rewards/boxed_answer/mean"]] == [-0.5, -0.5]
+    # A random tiny model never writes \boxed{...}: every completion that ended gets the "no answer" reward (-0.5),
+    # every one cut off at the length limit the lower of wrong and missing (-1), read from TRL's completion_ids.
+    clipped = dict(logged["train/completions/clipped_ratio"])
+    for step, mean in logged["train/rewards/boxed_answer/mean"]:
+        assert mean == pytest.approx(-0.5 - 0.5 * clipped[step], abs=1e-6)
     assert "train/rewards/boxed_answer/std" in logged
     assert "schema 'question'" in result.stderr
 
@@ -49,6 +53,42 @@ def test_grpo_with_a_custom_function_by_import_path(tiny_models, tmp_path):
                         cwd=tmp_path)
     assert_ok(result)
     assert all(value < 0 for _, value in scalars(tmp_path / "run")["train/rewards/my_rewards.brevity/mean"])
+
+
+@pytest.mark.slow
+def test_grpo_and_evaluation_with_a_custom_function_by_file_path_from_another_folder(tiny_models, tmp_path):
+    """`path/to/file.py:function`, as other RL frameworks take it: it answered that the module 'does not import:
+    TypeError: the 'package' argument is required'."""
+    (tmp_path / "rewards").mkdir()
+    (tmp_path / "rewards" / "my_rewards.py").write_text(CUSTOM)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    name = "../rewards/my_rewards.py:brevity"
+    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", name), cwd=elsewhere)
+    assert_ok(result)
+    assert all(value < 0 for _, value in scalars(tmp_path / "run")[f"train/rewards/{name}/mean"])
+    out = tmp_path / "eval.json"
+    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], "--dataset_name",
+                        tmp_path / "math.jsonl", "--train_samples", "0", "--num_prompts", "2", "--num_completions", "1",
+                        "--max_new_tokens", "4", "--reward_funcs", str(tmp_path / "rewards" / "my_rewards.py") +
+                        ":brevity", "--output_file", out, cwd=elsewhere)
+    assert_ok(result)
+    assert json.loads(out.read_text())["models"][0]["summary"]["mean_reward"] < 0
+
+
+@pytest.mark.parametrize("name, message", [
+    ("my_rewards.py:nope", "cannot import reward function 'my_rewards.py:nope' (module "),
+    ("my_reward.py:brevity", "reward function 'my_reward.py:brevity': my_reward.py is not a file (did you mean "
+     "my_rewards.py?)"),
+    ("my_rewards.txt:brevity", "give module.function or path/to/file.py:function"),
+])
+def test_a_reward_function_file_that_cannot_work_is_one_line(tiny_models, tmp_path, run_cli, monkeypatch, name,
+                                                             message):
+    (tmp_path / "my_rewards.py").write_text(CUSTOM)
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", name))
+    assert message in error_line(result)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
@@ -141,8 +181,8 @@ def test_evaluation_reports_format_rate_verifier_accuracy_and_the_gain(tiny_mode
     assert (summary["format_rate"], summary["verifier_accuracy"], summary["verifier_timeouts"]) == (0.0, 0.0, 0)
     assert (summary["verifier_accuracy_ci_low"], summary["verifier_accuracy_ci_high"]) == (0.0, 0.0)
     completion = report["models"][0]["prompts"][0]["completions"][0]
-    assert completion["verdict"] == "missing" and completion["rewards"]["boxed_answer"] == -0.5
-    assert completion["reward"] == pytest.approx(-0.5 + completion["rewards"]["reward_model"])
+    assert completion["verdict"] == "missing" and completion["rewards"]["boxed_answer"] == 0.0  # ended or cut off
+    assert completion["reward"] == pytest.approx(completion["rewards"]["reward_model"])
     (comparison,) = report["comparison"]  # the same model again: no gain
     assert (comparison["accuracy_delta"], comparison["accuracy_delta_ci_low"],
             comparison["accuracy_delta_ci_high"]) == (0.0, 0.0, 0.0)
@@ -169,17 +209,21 @@ def test_ppo_with_the_verifier_and_a_custom_function_and_no_reward_model(tiny_mo
     # No reward model anywhere: the value model starts from the policy, with a new one-output head.
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "my_rewards.brevity",
                      "--reward_weights", "1", "0.5", "--reward_model_name_or_path", tmp_path / "no_such_model",
-                     "--missing_eos_penalty", "0", script="train_ppo.py")
+                     "--missing_eos_penalty", "0", "--reward_wrong", "-1", "--reward_no_answer", "-0.5",
+                     script="train_ppo.py")
     result = run_script("train_ppo.py", *args, cwd=tmp_path)
     assert_ok(result)
     assert "note: --reward_model_name_or_path" in result.stdout and "is not used" in result.stdout
     assert f"value model: the policy {tiny_models['policy']} with a new one-output head" in result.stdout
     logged = scalars(tmp_path / "run")
-    # A random tiny model never writes \boxed{...}: every completion gets the "no answer" reward.
-    assert {value for _, value in logged["train/rewards/boxed_answer/mean"]} == {-0.5}
+    # A random tiny model never writes \boxed{...}: every completion that ended gets the "no answer" reward (-0.5),
+    # every one cut off the lower of wrong and missing (-1)
+    clipped = dict(logged["train/completions/clipped_ratio"])
+    answer = dict(logged["train/rewards/boxed_answer/mean"])
     brevity = dict(logged["train/rewards/my_rewards.brevity/mean"])
     for step, score in logged["train/objective/scores"]:  # PPO's score is the weighted sum of the functions
-        assert score == pytest.approx(-0.5 + 0.5 * brevity[step], abs=1e-5)
+        assert answer[step] == pytest.approx(-0.5 - 0.5 * clipped[step], abs=1e-6)
+        assert score == pytest.approx(answer[step] + 0.5 * brevity[step], abs=1e-5)
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
@@ -199,13 +243,13 @@ def test_ppo_takes_no_policy_step_from_rollouts_whose_completions_all_scored_the
     import torch
     from safetensors.torch import load_file
 
-    # A random tiny model never writes \boxed{...}: every completion scores -0.5, no rollout has a reward signal.
+    # A random tiny model never writes \boxed{...}: every completion scores 0, no rollout has a reward signal.
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--missing_eos_penalty", "0",
                      "--skip_rollouts_without_signal", str(skip), script="train_ppo.py")
     result = run_script("train_ppo.py", *args)
     assert_ok(result)
     logged = scalars(tmp_path / "run")
-    assert {value for _, value in logged["train/objective/scores"]} == {-0.5}
+    assert {value for _, value in logged["train/objective/scores"]} == {0.0}
     assert {value for _, value in logged["train/objective/advantages_zeroed"]} == {float(skip)}
     assert {value for _, value in logged["train/objective/rollout_without_signal"]} == {1.0}  # either way
     assert result.stdout.count("no reward signal, so its advantages are 0") == int(skip)  # said once

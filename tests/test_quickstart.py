@@ -27,7 +27,8 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
         result.stdout)
     assert f"\n{out / 'grpo'} " in result.stdout and f"\n{out / 'ppo'} " in result.stdout  # the evaluation table
     next_line = result.stdout.rstrip().splitlines()[-1]
-    assert next_line.startswith(f"next: python {ROOT / 'train_grpo.py'} --model_name_or_path {out / 'tiny' / 'policy'} "
+    policy = out / "tiny" / "policy"
+    assert next_line.startswith(f"next: python {ROOT / 'train_grpo.py'} --model_name_or_path {policy} "
                                 f"--dataset_name {ROOT / 'data' / 'preferences.jsonl'} --reward_model_name_or_path "
                                 f"{out / 'reward_model'} --output_dir {out.parent / 'grpo_run'}   (flags: ")
     # ... and runs as printed, offline, from another folder (shortened to one step)
