@@ -68,10 +68,10 @@ def test_grpo_and_evaluation_with_a_custom_function_by_file_path_from_another_fo
     assert_ok(result)
     assert all(value < 0 for _, value in scalars(tmp_path / "run")[f"train/rewards/{name}/mean"])
     out = tmp_path / "eval.json"
+    by_path = f"{tmp_path / 'rewards' / 'my_rewards.py'}:brevity"  # absolute, this time
     result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], "--dataset_name",
-                        tmp_path / "math.jsonl", "--train_samples", "0", "--num_prompts", "2", "--num_completions", "1",
-                        "--max_new_tokens", "4", "--reward_funcs", str(tmp_path / "rewards" / "my_rewards.py") +
-                        ":brevity", "--output_file", out, cwd=elsewhere)
+                        tmp_path / "math.jsonl", "--train_samples", "0", "--num_prompts", "2", "--num_completions",
+                        "1", "--max_new_tokens", "4", "--reward_funcs", by_path, "--output_file", out, cwd=elsewhere)
     assert_ok(result)
     assert json.loads(out.read_text())["models"][0]["summary"]["mean_reward"] < 0
 
