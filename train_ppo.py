@@ -23,7 +23,7 @@ import logging
 from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments, Sampling
 from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
+from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, prompt_room, tokenize_prompts
 from rlhf.models import peft_config
 from rlhf.processes import is_main_process
 from rlhf.reward import ensure_distinct_pad
@@ -53,7 +53,8 @@ def main(model_args, data_args, training_args):
     ################
     rows = load_rows(data_args.dataset_name, data_args.dataset_train_split, data_args.max_samples)
     check_reward_columns(reward_funcs, data_args.dataset_name, rows.column_names)
-    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt)
+    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt,
+                                         prompt_room(data_args))
     train_dataset = tokenize_prompts(prompts, tokenizer)
     note = check_prompts_fill_batches(len(train_dataset), training_args.prompts_per_rollout, "--prompts_per_rollout",
                                       "rollout")

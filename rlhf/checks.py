@@ -109,9 +109,13 @@ def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_c
     """Lower a default --max_prompt_length that the model's context cannot hold beside the completion length to
     what fits, in one `note:` line (the data's prompts are then judged by it: longer ones are dropped and counted when
     the data loads). A value the user gave is left as it is, for `check_policy` to refuse."""
+    context = model_context(model_config(name_or_path, trust_remote_code))
+    room = vars(data_args).get("_room")
+    if isinstance(context, int) and (room is None or context < room[1]):  # the smallest model of an evaluation
+        # what the prompts must fit, said when none does (rlhf.data.build_prompt_dataset)
+        data_args.__dict__["_room"] = (str(name_or_path), context, completion_flag, completion_length)
     if "max_prompt_length" in vars(data_args).get("_given", ()):
         return
-    context = model_context(model_config(name_or_path, trust_remote_code))
     if not isinstance(context, int) or data_args.max_prompt_length + completion_length <= context:
         return
     fitted = context - completion_length

@@ -243,11 +243,18 @@ def tokenize_prompts(prompts, tokenizer):
     )
 
 
-def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=None):
+def prompt_room(args):
+    """What the prompts of `args` (a script's data arguments) must fit, as the preflight read it from the model:
+    (model, positions, completion flag, completion tokens), or None where unknown."""
+    return vars(args).get("_room")
+
+
+def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=None, room=None):
     """Map rows to a `prompt` column of conversations and drop prompts longer than `max_prompt_length` tokens.
 
     `system_prompt`, when given, becomes the system message of rows that have none. The other columns stay (reward
-    functions receive them, e.g. `ground_truth`).
+    functions receive them, e.g. `ground_truth`). `room` (`prompt_room`) says, when no prompt is short enough, what
+    the model can hold.
     """
     schema = detect_schema(dataset.column_names)
     check_filled(dataset, [PROMPT_COLUMNS[schema]])
@@ -271,10 +278,27 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
     )
     if len(kept) == 0:  # (--max_prompt_length may have been fitted to the model's context: say what fits)
         shortest = min(length(row) for row in dataset)
-        raise UserError(f"every prompt is longer than --max_prompt_length {max_prompt_length} tokens (the shortest "
-                        f"has {shortest}); raise it to at least {shortest}, with the completion length, within the "
-                        "model's context")
+        raise UserError(too_long(max_prompt_length, shortest, room))
     return kept, schema, dropped
+
+
+def too_long(max_prompt_length, shortest, room=None):
+    """What to say when every prompt is longer than --max_prompt_length: raise it where the model's context (`room`:
+    model, positions, completion flag, completion tokens; None where unknown) can hold the shortest prompt beside the
+    completion, else that these prompts cannot fit this model, and what can."""
+    said = f"every prompt is longer than --max_prompt_length {max_prompt_length} tokens (the shortest has {shortest})"
+    if room is None:
+        return f"{said}; raise it to at least {shortest}, with the completion length, within the model's context"
+    model, positions, flag, completion = room
+    if shortest + completion <= positions:
+        return (f"{said}; raise it to at least {shortest}: {model} holds {positions} positions, "
+                f"{positions - completion} of them for the prompt beside {flag} {completion}")
+    if shortest < positions:
+        return (f"{said}; with {flag} {completion}, {model}'s {positions} positions cannot hold the shortest prompt: "
+                f"lower {flag} to at most {positions - shortest} and pass --max_prompt_length {shortest}, or use "
+                "shorter prompts (other data, a shorter --system_prompt)")
+    return (f"{said}, which cannot fit {model} at all ({positions} positions): use shorter prompts (other data, a "
+            "shorter --system_prompt) or a model with a longer context")
 
 
 def to_preference_pair(row, schema):

@@ -10,7 +10,7 @@ from rlhf.stats import rank_labels
 ROW = "_evaluation_row"  # the dataset row number of a prompt, carried through the length filter
 
 
-def held_out_prompts(rows, tokenizer, train_samples, max_prompt_length, system_prompt=None):
+def held_out_prompts(rows, tokenizer, train_samples, max_prompt_length, system_prompt=None, room=None):
     """(prompt rows, their dataset row numbers, how many were dropped as over-long): the rows after the first
     `train_samples` (the rows training used), as `build_prompt_dataset` makes them. A prompt keeps the number of
     its row: counting after the filter would shift every number past a dropped prompt."""
@@ -18,7 +18,7 @@ def held_out_prompts(rows, tokenizer, train_samples, max_prompt_length, system_p
 
     held_out = rows.select(range(train_samples, len(rows)))
     held_out = held_out.add_column(ROW, list(range(train_samples, len(rows))))
-    prompts, _, dropped = build_prompt_dataset(held_out, tokenizer, max_prompt_length, system_prompt)
+    prompts, _, dropped = build_prompt_dataset(held_out, tokenizer, max_prompt_length, system_prompt, room)
     return prompts.remove_columns(ROW), prompts[ROW], dropped
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from rlhf.data import prompt_room
 from rlhf.errors import UserError
 from rlhf.evaluation import draw_prompts, generate, held_out_prompts, score
 from rlhf.processes import is_main_process, share_from_main_process
@@ -57,7 +58,7 @@ def held_out_rows(training_args, data_args, tokenizer, reward_funcs):
                         f"first --max_samples {train_samples} that training uses; lower --max_samples, or pass "
                         "--eval_dataset_name")
     prompts, numbers, dropped = held_out_prompts(rows, tokenizer, train_samples, data_args.max_prompt_length,
-                                                 data_args.system_prompt)
+                                                 data_args.system_prompt, prompt_room(data_args))
     if not len(prompts):
         raise UserError(f"--eval_prompts: all {dropped} held-out prompts of {source} are longer than "
                         f"--max_prompt_length {data_args.max_prompt_length}; raise it, or pass --eval_dataset_name")

@@ -5,7 +5,7 @@ Run in-process (`run_cli`): each stops before any training, so a new Python proc
 
 import pytest
 
-from conftest import error_line, grpo_args, ppo_args, run_script
+from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script
 from rlhf import tiny
 
 
@@ -497,4 +497,12 @@ def test_prompts_longer_than_a_fitted_length_are_refused_saying_what_fits(tiny_m
             "completion)") in result.stdout
     line = error_line(result)
     assert line.startswith("error: every prompt is longer than --max_prompt_length 8 tokens (the shortest has ")
-    assert line.endswith("with the completion length, within the model's context")
+    shortest = int(line.split("(the shortest has ")[1].split(")")[0])
+    assert line.endswith(f"; with {flag} 120, {policy}'s 128 positions cannot hold the shortest prompt: lower {flag} "
+                         f"to at most {128 - shortest} and pass --max_prompt_length {shortest}, or use shorter prompts "
+                         "(other data, a shorter --system_prompt)")
+    # ... and what it says works: the fix it names runs
+    fixed = [*args, "--max_prompt_length", str(shortest), flag, str(128 - shortest)]
+    short = ["--num_prompts", "2", "--num_completions", "1"] if script == "evaluate_generations.py" else [
+        "--max_steps", "1", "--prompts_per_step", "1", "--per_device_train_batch_size", "2"]  # one prompt fits
+    assert_ok(run_script(script, *fixed, *short))

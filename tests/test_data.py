@@ -136,6 +136,27 @@ def test_build_prompt_dataset_drops_and_counts_long_prompts():
         build_prompt_dataset(datasets.Dataset.from_list(rows), tokenizer, 2)
 
 
+def test_prompts_too_long_are_answered_with_what_the_model_can_hold():
+    from rlhf.data import too_long
+
+    start = "every prompt is longer than --max_prompt_length 128 tokens (the shortest has 300)"
+    # room for it beside the completion: raise it
+    assert too_long(128, 300, ("m", 1024, "--max_completion_length", 256)) == (
+        f"{start}; raise it to at least 300: m holds 1024 positions, 768 of them for the prompt beside "
+        "--max_completion_length 256")
+    # it fits the model, not beside this completion length: what to lower, and by how much
+    assert too_long(128, 300, ("m", 512, "--max_new_tokens", 256)) == (
+        f"{start}; with --max_new_tokens 256, m's 512 positions cannot hold the shortest prompt: lower "
+        "--max_new_tokens to at most 212 and pass --max_prompt_length 300, or use shorter prompts (other data, a "
+        "shorter --system_prompt)")
+    # 6423 tokens on a model of 1024 positions: no flag can make them fit (a newcomer was told to raise it to 6423)
+    assert too_long(128, 6423, ("m", 1024, "--max_completion_length", 256)) == (
+        f"{start.replace('300', '6423')}, which cannot fit m at all (1024 positions): use shorter prompts (other data, a "
+        "shorter --system_prompt) or a model with a longer context")
+    assert too_long(128, 300).endswith("raise it to at least 300, with the completion length, within the model's "
+                                       "context")  # the model's context unknown
+
+
 def test_preference_pair_is_prompt_then_each_answer():
     from rlhf.data import to_preference_pair
 
