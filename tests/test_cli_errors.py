@@ -498,9 +498,9 @@ def test_prompts_longer_than_a_fitted_length_are_refused_saying_what_fits(tiny_m
     line = error_line(result)
     assert line.startswith("error: every prompt is longer than --max_prompt_length 8 tokens (the shortest has ")
     shortest = int(line.split("(the shortest has ")[1].split(")")[0])
-    assert line.endswith(f"; with {flag} 120, {policy}'s 128 positions cannot hold the shortest prompt: lower {flag} "
-                         f"to at most {128 - shortest} and pass --max_prompt_length {shortest}, or use shorter prompts "
-                         "(other data, a shorter --system_prompt)")
+    assert line.endswith(f"; with {flag} 120, {policy}'s 128 positions cannot hold the shortest prompt: lower "
+                         f"{flag} to at most {128 - shortest} and pass --max_prompt_length {shortest}, or use shorter "
+                         "prompts (other data, a shorter --system_prompt)")
     # ... and what it says works: the fix it names runs
     fixed = [*args, "--max_prompt_length", str(shortest), flag, str(128 - shortest)]
     short = ["--num_prompts", "2", "--num_completions", "1"] if script == "evaluate_generations.py" else [
