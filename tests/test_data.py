@@ -151,8 +151,8 @@ def test_prompts_too_long_are_answered_with_what_the_model_can_hold():
         "shorter --system_prompt)")
     # 6423 tokens on a model of 1024 positions: no flag can make them fit (a newcomer was told to raise it to 6423)
     assert too_long(128, 6423, ("m", 1024, "--max_completion_length", 256)) == (
-        f"{start.replace('300', '6423')}, which cannot fit m at all (1024 positions): use shorter prompts (other data, a "
-        "shorter --system_prompt) or a model with a longer context")
+        f"{start.replace('300', '6423')}, which cannot fit m at all (1024 positions): use shorter prompts (other "
+        "data, a shorter --system_prompt) or a model with a longer context")
     assert too_long(128, 300).endswith("raise it to at least 300, with the completion length, within the model's "
                                        "context")  # the model's context unknown
 
