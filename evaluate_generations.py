@@ -93,6 +93,12 @@ def evaluate(args, rewards, report, stop):
         load_tokenizer(path, args.trust_remote_code)
     dataset = load_rows(args.dataset_name, args.dataset_train_split)
     check_reward_columns(rewards.reward_funcs, args.dataset_name, dataset.column_names)
+    if len(dataset) <= args.train_samples and "train_samples" not in vars(args).get("_given", ()):
+        # the default (training's default --max_samples) cannot hold any row out of a small data set: all are drawn
+        print(f"note: --train_samples {args.train_samples} -> 0 ({args.dataset_name} has {len(dataset)} rows, all "
+              "within the default; prompts are drawn from all of them, which a run trained on this data set has "
+              "seen: pass the --max_samples it trained with as --train_samples to hold its prompts out)", flush=True)
+        args.train_samples = 0
     if len(dataset) <= args.train_samples:
         raise UserError(
             f"dataset {args.dataset_name} has {len(dataset)} rows, all within the first --train_samples "

@@ -24,6 +24,22 @@ LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv
 PROMPT_COLUMNS = {"orca": "question", "orca_messages": "prompt", "prompt": "prompt", "question": "question"}
 
 
+def check_dataset_source(dataset_name):
+    """Refuse, before anything loads, a local dataset path that does not exist (with a close match), and a Hub
+    dataset that can be neither downloaded nor found in the cache; the rest is checked as it loads (`load_rows`)."""
+    path = Path(dataset_name)
+    if path.exists():
+        return
+    if looks_like_local_path(dataset_name):
+        raise UserError(f"dataset {dataset_name} does not exist{did_you_mean_path(dataset_name)}; give an existing "
+                        "file or folder, or a Hub name")
+    reason = hub_unreachable()
+    if reason and not _in_datasets_cache(dataset_name):
+        raise UserError(f"cannot reach the Hugging Face Hub ({reason}) to download dataset '{dataset_name}', and "
+                        "it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local file, "
+                        f"e.g. the shipped pairs: --dataset_name {PREFERENCES}")
+
+
 def load_rows(dataset_name, split="train", max_samples=None):
     """Load `split` of a Hub dataset or a local file/folder, keeping the first `max_samples` rows.
 
@@ -58,15 +74,8 @@ def load_rows(dataset_name, split="train", max_samples=None):
             )
         with _read_errors(dataset_name):
             dataset = _pick_split(datasets.load_dataset(str(path)), split, dataset_name)
-    elif looks_like_local_path(dataset_name):
-        raise UserError(f"dataset {dataset_name} does not exist{did_you_mean_path(dataset_name)}; give an existing "
-                        "file or folder, or a Hub name")
     else:
-        reason = hub_unreachable()
-        if reason and not _in_datasets_cache(dataset_name):
-            raise UserError(f"cannot reach the Hugging Face Hub ({reason}) to download dataset '{dataset_name}', and "
-                            "it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local file, "
-                            f"e.g. the shipped pairs: --dataset_name {PREFERENCES}")
+        check_dataset_source(dataset_name)
         try:
             dataset = _pick_split(datasets.load_dataset(dataset_name), split, dataset_name)
         except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:

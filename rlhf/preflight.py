@@ -4,6 +4,8 @@ A mistake ends here in one line (`UserError`), in seconds. Each call also settle
 `--max_prompt_length` fitted to the model's context, `--dtype auto` named, so that what trains is what was checked.
 """
 
+import contextlib
+
 from rlhf.checks import (
     check_lora_targets,
     check_model_source,
@@ -12,30 +14,32 @@ from rlhf.checks import (
     check_quantization,
     fit_prompt_length,
 )
+from rlhf.data import check_dataset_source
 from rlhf.errors import UserError
 from rlhf.reward import REWARD_HINT, check_reward_model, check_value_model
 from rlhf.reward_funcs import check_reward_funcs, check_reward_order, check_reward_weights
 
 
 def grpo(model_args, data_args, reward_args, training_args):
-    """train_grpo.py: the policy and its lengths, LoRA, the rewards, quantization and precision, vLLM if asked."""
-    trust = training_args.trust_remote_code
-    policy = _policy(model_args.model_name_or_path, data_args, training_args.max_completion_length, trust)
-    check_lora_targets(model_args, policy, trust_remote_code=trust)
+    """train_grpo.py: the policy and its lengths, LoRA, the data, the rewards, quantization and precision, vLLM if
+    asked. Independent mistakes are said together, in one line."""
+    problems = Problems()
+    problems.run(_checked_policy, model_args, data_args, training_args)
+    problems.run(check_dataset_source, data_args.dataset_name)
     if "reward_model" in reward_args.reward_funcs:
-        check_model_source(reward_args.reward_model_name_or_path, "reward model", "--reward_model_name_or_path",
-                           REWARD_HINT)
-    check_reward_weights(training_args.reward_weights, reward_args.reward_funcs)
-    check_reward_funcs(reward_args.reward_funcs)  # a user's module imports, its signature can be called
-    _warn(check_reward_order(reward_args.reward_funcs, training_args.reward_weights, reward_args.boxed_rewards))
-    check_quantization(model_args)
-    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
+        problems.run(check_model_source, reward_args.reward_model_name_or_path, "reward model",
+                     "--reward_model_name_or_path", REWARD_HINT)
+    problems.run(check_reward_weights, training_args.reward_weights, reward_args.reward_funcs)
+    problems.run(check_reward_funcs, reward_args.reward_funcs)  # a user's module imports, its signature can be called
+    problems.run(check_quantization, model_args)
     if training_args.use_vllm:
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:
-            raise UserError("--use_vllm needs vLLM (Linux + CUDA): pip install -r requirements-vllm.txt, or drop "
-                            "the flag")
+            problems.add("--use_vllm needs vLLM (Linux + CUDA): pip install -r requirements-vllm.txt, or drop the "
+                         "flag")
+    problems.raise_them()
+    _warn(check_reward_order(reward_args.reward_funcs, training_args.reward_weights, reward_args.boxed_rewards))
 
 
 def ppo(model_args, data_args, training_args):
@@ -48,16 +52,17 @@ def ppo(model_args, data_args, training_args):
     policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_name_or_path
     value_path = value_model_source(training_args, policy_path)
     reward_funcs = training_args.reward_funcs
-    policy = _policy(policy_path, data_args, training_args.max_completion_length, trust)
-    check_lora_targets(model_args, policy, trust_remote_code=trust)
-    check_reward_weights(training_args.reward_weights, reward_funcs)
-    check_reward_funcs(reward_funcs)  # a user's module imports, its signature can be called
+    problems = Problems()
+    policy_ok = problems.run(_checked_policy, model_args, data_args, training_args)
+    problems.run(check_dataset_source, data_args.dataset_name)
+    problems.run(check_reward_weights, training_args.reward_weights, reward_funcs)
+    problems.run(check_reward_funcs, reward_funcs)  # a user's module imports, its signature can be called
+    reward_ok = "reward_model" not in reward_funcs or problems.run(check_reward_model, reward_path, trust)
+    if {reward_path: reward_ok, policy_path: policy_ok}.get(value_path, True):  # a folder's failure is said once
+        problems.run(check_value_model, value_path, trust)
+    problems.run(check_quantization, model_args)
+    problems.raise_them()
     _warn(check_reward_order(reward_funcs, training_args.reward_weights, training_args.boxed_rewards))
-    if "reward_model" in reward_funcs:
-        check_reward_model(reward_path, trust)
-    check_value_model(value_path, trust)
-    check_quantization(model_args)
-    model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
     tokenizer = load_tokenizer(policy_path, trust)
     if "reward_model" in reward_funcs:  # it reads the policy's token ids; the other functions read text
         check_same_tokenizer(tokenizer, reward_path, "reward model", "--reward_model_name_or_path", trust)
@@ -78,22 +83,69 @@ def reward_model(model_args, training_args):
 
 def evaluation(args, rewards):
     """evaluate_generations.py: every model (one prompt length for all, fitted to the shortest context where it is
-    the default), the rewards, and the report's path."""
+    the default), the data, the rewards, and the report's path. Independent mistakes are said together."""
     from rlhf.evaluation_report import check_writable
 
     if not args.model_path:
         raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
-    for path in args.model_path:
-        check_model_source(path, "model", "--model_path")
+    problems = Problems()
+    found = [path for path in args.model_path
+             if problems.run(check_model_source, path, "model", "--model_path")]
+    for path in found:
         fit_prompt_length(path, args, args.max_new_tokens, args.trust_remote_code, "--max_new_tokens")
-    for path in args.model_path:
-        check_policy(path, "--model_path", {"--max_prompt_length": args.max_prompt_length,
-                                            "--max_new_tokens": args.max_new_tokens}, args.trust_remote_code)
+    for path in found:
+        problems.run(check_policy, path, "--model_path", {"--max_prompt_length": args.max_prompt_length,
+                                                          "--max_new_tokens": args.max_new_tokens},
+                     args.trust_remote_code)
+    problems.run(check_dataset_source, args.dataset_name)
     if "reward_model" in rewards.reward_funcs:
-        check_model_source(rewards.reward_model_name_or_path, "reward model", "--reward_model_name_or_path",
-                           REWARD_HINT)
-    check_reward_weights(args.reward_weights, rewards.reward_funcs)
-    check_writable(args.output_file)
+        problems.run(check_model_source, rewards.reward_model_name_or_path, "reward model",
+                     "--reward_model_name_or_path", REWARD_HINT)
+    problems.run(check_reward_weights, args.reward_weights, rewards.reward_funcs)
+    problems.run(check_writable, args.output_file)
+    problems.raise_them()
+
+
+class Problems:
+    """The user errors of independent checks, kept as they come and said together in one line (`raise_them`): a
+    newcomer missing three things learns of all three in one run, not one per run."""
+
+    def __init__(self):
+        self.found = []
+
+    def add(self, message):
+        self.found.append(str(message).removesuffix("."))
+
+    @contextlib.contextmanager
+    def check(self):
+        """Within it, a UserError is kept and the checks after it (which depend on it) are skipped."""
+        try:
+            yield
+        except UserError as error:
+            self.add(error)
+
+    def run(self, check, *args):
+        """`check(*args)`; False (the error kept) where it raised a UserError."""
+        with self.check():
+            check(*args)
+            return True
+        return False
+
+    def raise_them(self):
+        if len(self.found) == 1:
+            raise UserError(self.found[0])
+        if self.found:
+            raise UserError(f"{len(self.found)} things to fix: " + "; ".join(
+                f"({number}) {message}" for number, message in enumerate(self.found, 1)))
+
+
+def _checked_policy(model_args, data_args, training_args):
+    """The policy of a training script: where it is, its lengths, its LoRA targets, and its precision (`--dtype auto`
+    named on `model_args`: every model loads in it)."""
+    trust = training_args.trust_remote_code
+    policy = _policy(model_args.model_name_or_path, data_args, training_args.max_completion_length, trust)
+    check_lora_targets(model_args, policy, trust_remote_code=trust)
+    model_args.dtype = check_precision(model_args, training_args)
 
 
 def _policy(name_or_path, data_args, completion_length, trust_remote_code):

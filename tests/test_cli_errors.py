@@ -3,6 +3,8 @@
 Run in-process (`run_cli`): each stops before any training, so a new Python process would only add import time.
 """
 
+from pathlib import Path
+
 import pytest
 
 from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script
@@ -506,3 +508,28 @@ def test_prompts_longer_than_a_fitted_length_are_refused_saying_what_fits(tiny_m
     short = ["--num_prompts", "2", "--num_completions", "1"] if script == "evaluate_generations.py" else [
         "--max_steps", "1", "--prompts_per_step", "1", "--per_device_train_batch_size", "2"]  # one prompt fits
     assert_ok(run_script(script, *fixed, *short))
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "evaluate_generations.py"])
+def test_several_mistakes_are_said_together_in_one_line(tiny_models, tmp_path, run_cli, script):
+    """A newcomer took three runs to learn of three problems, one error at a time."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text((Path(tiny_models["prompts"])).read_text())
+    (tmp_path / "report.json").mkdir()  # a folder where the evaluation's report would go
+    missing_reward = tmp_path / "no_reward_model"
+    if script == "evaluate_generations.py":
+        args = ["--model_path", tiny_models["policy"], "--dataset_name", tmp_path / "promts.jsonl",
+                "--reward_model_name_or_path", missing_reward, "--output_file", tmp_path / "report.json"]
+    else:
+        args = ["--model_name_or_path", tiny_models["policy"], "--dataset_name", tmp_path / "promts.jsonl",
+                "--reward_model_name_or_path", missing_reward, "--output_dir", tmp_path / "out"]
+    result = run_cli(script, *args)
+    assert result.returncode == 2
+    line = error_line(result)
+    things = 3 if script == "evaluate_generations.py" else 2
+    assert line.startswith(f"error: {things} things to fix: (1) dataset {tmp_path / 'promts.jsonl'} does not exist "
+                           f"(did you mean {data}?)")
+    assert f"(2) reward model {missing_reward} does not exist" in line
+    if script == "evaluate_generations.py":
+        assert f"(3) --output_file {tmp_path / 'report.json'} is a folder" in line
+    assert not (tmp_path / "out").exists()

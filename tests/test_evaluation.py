@@ -386,3 +386,20 @@ def test_an_interval_bound_that_would_print_as_its_reference_gets_the_decimals_t
     assert interval_bound(0.0375, 0, 1, percent=True, sign=True) == "+3.8%"
     assert win_interval(0.50390625, 0.65625, "-") == "0.504-0.66"
     assert gain_interval(0.0, 0.0375, " to ") == "+0.0% to +3.8%"
+
+
+def test_a_small_local_data_set_is_evaluated_whole_with_a_note_unless_train_samples_is_given(tiny_models, tmp_path,
+                                                                                             run_cli):
+    """The default --train_samples (training's default --max_samples, 10,000) holds out no row of a data set of 20:
+    fitted with a note, not required (a newcomer learnt of it in a second run)."""
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(Path(tiny_models["prompts"]).read_text().splitlines(keepends=True)[:20]))
+    common = ["--model_path", tiny_models["policy"], "--dataset_name", small, "--reward_model_name_or_path",
+              tiny_models["reward_model"], "--num_prompts", "2", "--num_completions", "1", "--max_new_tokens", "4"]
+    result = run_cli("evaluate_generations.py", *common, "--output_file", tmp_path / "eval.json")
+    assert result.returncode == 0, result.stderr
+    assert (f"note: --train_samples 10000 -> 0 ({small} has 20 rows, all within the default; prompts are drawn from "
+            "all of them") in result.stdout
+    assert json.loads((tmp_path / "eval.json").read_text())["config"]["train_samples"] == 0
+    given = run_cli("evaluate_generations.py", *common, "--train_samples", "20", "--output_file", tmp_path / "e2.json")
+    assert "all within the first --train_samples 20 that training used" in error_line(given)
