@@ -172,8 +172,12 @@ def test_target_kl_moves_beta_toward_the_kl_asked_for_and_a_continued_run_keeps_
     assert beta[3] > beta[2] > beta[1]  # kl above the target: beta rises
     assert all(kl > 1e-9 for _, kl in scalars(out)["train/kl"][1:])
     # Continued to 6 steps: beta goes on from where it stood, not from --beta
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "6")))
+    continued = run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "6"))
+    assert_ok(continued)
     assert logged_beta(out)[4] == pytest.approx(beta[3] * 1.2)
+    # quietly: the tiny policy ties its embeddings, so its checkpoint has no LM head, on purpose (transformers warned
+    # "There were missing keys in the checkpoint model loaded: ['lm_head.weight']")
+    assert "missing keys" not in continued.stdout + continued.stderr
 
     out = tmp_path / "below"
     assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "4",

@@ -35,6 +35,18 @@ from trl import GRPOTrainer  # noqa: E402
 logger = logging.getLogger(__name__)
 
 
+def tied_weight_names(model):
+    """The names of `model`'s weights that are another weight tied (the LM head of tied embeddings): transformers'
+    `_tied_weights_keys` of each submodule, prefixed with its path; only where the config ties them."""
+    if not getattr(model.config.get_text_config(), "tie_word_embeddings", False):
+        return []
+    names = []
+    for prefix, module in model.named_modules():
+        for key in getattr(module, "_tied_weights_keys", None) or {}:
+            names.append(f"{prefix}.{key}" if prefix else key)
+    return names
+
+
 def generation_state_file(process_index):
     """The file in a checkpoint that holds one process's generation buffer (each process generates its own)."""
     return f"grpo_generation_{process_index}.pt"
@@ -108,6 +120,15 @@ class ResumableGRPOTrainer(GRPOTrainer):
         self._buffered_inputs = send_to_device(state["buffered_inputs"], self.accelerator.device)
         self.beta = state.get("beta", self.beta)  # adapted by --target_kl (not in checkpoints of earlier versions)
         self._beta_step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+
+    def _issue_warnings_after_load(self, load_result):
+        """transformers (5.23: trainer.py `Trainer._issue_warnings_after_load`, called when a checkpoint's weights
+        load on resume) warns of every key missing from the checkpoint. A model with tied embeddings (SmolLM2: the
+        LM head is the embedding matrix) is saved without the tied copy, on purpose: its keys are dropped from the
+        warning, which then shows only what is really missing."""
+        tied = set(tied_weight_names(self.accelerator.unwrap_model(self.model)))
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def _get_train_sampler(self, dataset=None):
         self.train_sampler = EpochRepeatSampler(super()._get_train_sampler(dataset))
