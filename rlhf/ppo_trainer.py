@@ -137,6 +137,74 @@ def masked_whiten(values, mask, shift_mean=True, total=None):
     return whitened
 
 
+def kl_penalized_rewards(scores, logprobs, ref_logprobs, sequence_lengths, kl_coef, kl_estimator="k1"):
+    """Per-token rewards of a rollout: -kl_coef x KL(policy || reference) at every token, plus each completion's score
+    at its last token. Returns (rewards, kl, the KL part alone).
+
+    The KL is estimated from the sampled token, with r = p_ref / p: k1 = -log r = log p - log p_ref (unbiased), k3 =
+    (r - 1) - log r (unbiased, lower variance, never negative; http://joschu.net/blog/kl-approx.html). The score goes
+    one position after the completion's last token (where the value model reads the sequence that includes it), or at
+    the last position when the completion fills the whole length.
+    """
+    logr = ref_logprobs - logprobs
+    kl = -logr if kl_estimator == "k1" else (logr.exp() - 1) - logr
+    non_score_reward = -kl_coef * kl
+    rewards = non_score_reward.clone()
+    rows = torch.arange(rewards.size(0), device=rewards.device)
+    after_last = sequence_lengths + 1
+    ends = torch.where(after_last < rewards.size(1), after_last, sequence_lengths)
+    rewards[rows, ends] += scores
+    return rewards, kl, non_score_reward
+
+
+def gae(rewards, values, gamma, lam):
+    """Generalized advantage estimation (Schulman et al. 2016), from the last token back:
+    delta_t = r_t + gamma V_{t+1} - V_t,  A_t = delta_t + gamma lam A_{t+1}  (V and A are 0 past the end).
+    Returns (advantages, returns = A + V, what the value model learns)."""
+    lastgaelam = 0
+    advantages_reversed = []
+    length = rewards.shape[1]
+    for t in reversed(range(length)):
+        nextvalues = values[:, t + 1] if t < length - 1 else 0.0
+        delta = rewards[:, t] + gamma * nextvalues - values[:, t]
+        lastgaelam = delta + gamma * lam * lastgaelam
+        advantages_reversed.append(lastgaelam)
+    advantages = torch.stack(advantages_reversed[::-1], axis=1)
+    return advantages, advantages + values
+
+
+def clipped_value_loss(predicted, old_values, returns, cliprange_value, mask):
+    """The value model's loss: half the squared error to the returns, the prediction also clipped to within
+    `cliprange_value` of the rollout's value and the larger of the two errors kept (PPO2's value clipping), averaged
+    over `mask`. Returns (loss, the share of positions where the clipped error was the larger)."""
+    clipped = torch.clamp(predicted, old_values - cliprange_value, old_values + cliprange_value)
+    unclipped_loss = torch.square(predicted - returns)
+    clipped_loss = torch.square(clipped - returns)
+    loss = 0.5 * masked_mean(torch.max(unclipped_loss, clipped_loss), mask)
+    return loss, masked_mean((clipped_loss > unclipped_loss).float(), mask)
+
+
+def clipped_policy_loss(logprobs, old_logprobs, advantages, cliprange, mask):
+    """PPO's clipped surrogate (Schulman et al. 2017): -A x ratio, the ratio pi / pi_old also clipped to 1 +-
+    `cliprange` and the larger of the two losses kept (the pessimistic bound), averaged over `mask`.
+    Returns (loss, ratio, the share of positions clipped, approximate KL 0.5 x E[(log ratio)^2]); all but the loss
+    detached."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    loss = masked_mean(torch.max(unclipped, clipped), mask)
+    with torch.no_grad():
+        clipfrac = masked_mean((clipped > unclipped).float(), mask)
+        approxkl = 0.5 * (log_ratio**2).mean()
+    return loss, ratio.detach(), clipfrac, approxkl
+
+
+def entropy(logits):
+    """The entropy of the softmax of `logits` at each position: logsumexp(z) - sum(softmax(z) z)."""
+    return torch.logsumexp(logits, dim=-1) - torch.sum(torch.nn.functional.softmax(logits, dim=-1) * logits, dim=-1)
+
+
 def rollout_without_signal(scores):
     """Whether every completion of a rollout (`scores`: all of them, over all processes) scored the same, so that
     their advantages carry no reward signal. A rollout of one completion has nothing to compare: never."""
@@ -422,6 +490,9 @@ class PPOTrainer(Trainer):
             collate_fn=self.data_collator,
             drop_last=True,  # needed; otherwise the last batch will be of ragged shape
         )
+        if len(dataloader) == 0:  # ours: the rollout loop would wait for ever on a dataloader with no whole batch
+            raise ValueError(f"{self.train_dataset_len} prompts are fewer than one rollout of "
+                             f"{self.local_dataloader_batch_size} per process: give more prompts or a smaller batch")
         # sync random states for DataLoader(shuffle=True) before `accelerator.prepare`
         # see https://gist.github.com/vwxyzjn/2581bff1e48e185e0b85b6dfe1def79c
         torch.manual_seed(args.seed)
@@ -655,33 +726,16 @@ class PPOTrainer(Trainer):
                 padding_mask_p1 = response_idxs > (sequence_lengths_p1.unsqueeze(1))
                 values = torch.masked_fill(values, padding_mask_p1, 0)
 
-                # 3. Rewards: a KL penalty at every token, -kl_coef x KL(policy || reference) estimated from the
-                # sampled token (k1: log p - log p_ref; k3: (r - 1) - log r with r = p_ref / p, see
-                # http://joschu.net/blog/kl-approx.html), plus the completion's score at its last token.
-                logr = ref_logprobs - logprobs
-                kl = -logr if args.kl_estimator == "k1" else (logr.exp() - 1) - logr  # Else statement is k3
-                non_score_reward = -self.kl_coef * kl
-                rewards = non_score_reward.clone()
-                actual_start = torch.arange(rewards.size(0), device=rewards.device)
-                actual_end = torch.where(sequence_lengths_p1 < rewards.size(1), sequence_lengths_p1, sequence_lengths)
-                rewards[actual_start, actual_end] += scores
+                # 3. Rewards: a KL penalty at every token plus the completion's score at its last token.
+                rewards, kl, non_score_reward = kl_penalized_rewards(scores, logprobs, ref_logprobs, sequence_lengths,
+                                                                     self.kl_coef, args.kl_estimator)
 
                 if args.whiten_rewards:
                     rewards = masked_whiten(rewards, mask=~padding_mask_p1, shift_mean=False, total=total)
                     rewards = torch.masked_fill(rewards, padding_mask_p1, 0)
 
-                # 4. Advantages by GAE (Schulman et al. 2016), from the last token back: delta_t = r_t + gamma V_{t+1}
-                # - V_t, A_t = delta_t + gamma lam A_{t+1}. The value model learns the returns A_t + V_t.
-                lastgaelam = 0
-                advantages_reversed = []
-                gen_length = responses.shape[1]
-                for t in reversed(range(gen_length)):
-                    nextvalues = values[:, t + 1] if t < gen_length - 1 else 0.0
-                    delta = rewards[:, t] + args.gamma * nextvalues - values[:, t]
-                    lastgaelam = delta + args.gamma * args.lam * lastgaelam
-                    advantages_reversed.append(lastgaelam)
-                advantages = torch.stack(advantages_reversed[::-1], axis=1)
-                returns = advantages + values
+                # 4. Advantages by GAE; the value model learns the returns A + V.
+                advantages, returns = gae(rewards, values, args.gamma, args.lam)
                 # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1.
                 advantages = masked_whiten(advantages, ~padding_mask, total=total)
                 # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would
@@ -733,30 +787,13 @@ class PPOTrainer(Trainer):
                             new_logprobs = torch.masked_fill(
                                 new_logprobs, padding_mask[micro_batch_inds], INVALID_LOGPROB
                             )
-                            # Value loss: squared error to the returns, the prediction clipped to within
-                            # cliprange_value of the rollout's value (the larger of the two losses is kept).
                             vpred = vpred_temp[:, context_length - 1 : -1].squeeze(-1)
                             vpred = torch.masked_fill(vpred, padding_mask_p1[micro_batch_inds], 0)
-                            vpredclipped = torch.clamp(
-                                vpred,
-                                mb_values - args.cliprange_value,
-                                mb_values + args.cliprange_value,
-                            )
-                            vf_losses1 = torch.square(vpred - mb_return)
-                            vf_losses2 = torch.square(vpredclipped - mb_return)
-                            vf_loss_max = torch.max(vf_losses1, vf_losses2)
-                            vf_loss = 0.5 * masked_mean(vf_loss_max, ~padding_mask_p1[micro_batch_inds])
-                            vf_clipfrac = masked_mean(
-                                (vf_losses2 > vf_losses1).float(), ~padding_mask_p1[micro_batch_inds]
-                            )
-                            # Policy loss: -A x ratio, the ratio pi/pi_old clipped to 1 +- cliprange (the larger
-                            # of the two losses, the pessimistic bound, is kept).
-                            logprobs_diff = new_logprobs - mb_logprobs
-                            ratio = torch.exp(logprobs_diff)
-                            pg_losses = -mb_advantage * ratio
-                            pg_losses2 = -mb_advantage * torch.clamp(ratio, 1.0 - args.cliprange, 1.0 + args.cliprange)
-                            pg_loss_max = torch.max(pg_losses, pg_losses2)
-                            pg_loss = masked_mean(pg_loss_max, ~padding_mask[micro_batch_inds])
+                            vf_loss, vf_clipfrac = clipped_value_loss(
+                                vpred, mb_values, mb_return, args.cliprange_value, ~padding_mask_p1[micro_batch_inds])
+                            pg_loss, ratio, pg_clipfrac, approxkl = clipped_policy_loss(
+                                new_logprobs, mb_logprobs, mb_advantage, args.cliprange,
+                                ~padding_mask[micro_batch_inds])
                             loss = pg_loss + args.vf_coef * vf_loss
                             accelerator.backward(loss)
                             if skip_policy:
@@ -765,29 +802,22 @@ class PPOTrainer(Trainer):
                             optimizer.step()  # accelerate steps once per mini-batch (see __init__)
                             optimizer.zero_grad()
                             with torch.no_grad():
-                                pg_clipfrac = masked_mean(
-                                    (pg_losses2 > pg_losses).float(), ~padding_mask[micro_batch_inds]
-                                )
-                                prob_dist = torch.nn.functional.softmax(logits, dim=-1)
-                                entropy = torch.logsumexp(logits, dim=-1) - torch.sum(prob_dist * logits, dim=-1)
-                                approxkl = 0.5 * (logprobs_diff**2).mean()
                                 at = ppo_epoch_idx, minibatch_idx, gradient_accumulation_idx
                                 approxkl_stats[at] = approxkl
                                 pg_clipfrac_stats[at] = pg_clipfrac
                                 pg_loss_stats[at] = pg_loss
                                 vf_loss_stats[at] = vf_loss
                                 vf_clipfrac_stats[at] = vf_clipfrac
-                                entropy_stats[at] = entropy.mean()
+                                entropy_stats[at] = entropy(logits).mean()
                                 ratio_stats[at] = ratio.mean()
                         gradient_accumulation_idx += 1
                     minibatch_idx += 1
                     # del everything and empty cache
                     # fmt: off
                     del (
-                        output, vpred_temp, logits, new_logprobs, vpred, vpredclipped,
-                        vf_losses1, vf_losses2, vf_loss, vf_clipfrac, logprobs_diff, ratio, pg_losses, pg_losses2,
-                        pg_loss_max, pg_loss, loss, pg_clipfrac, prob_dist, entropy, approxkl, mb_return,
-                        mb_advantage, mb_values, mb_responses, mb_query_responses, mb_logprobs,
+                        output, vpred_temp, logits, new_logprobs, vpred, vf_loss, vf_clipfrac, ratio, pg_loss, loss,
+                        pg_clipfrac, approxkl, mb_return, mb_advantage, mb_values, mb_responses, mb_query_responses,
+                        mb_logprobs,
                     )
                     # fmt: on
                     clear_device_cache()
@@ -847,7 +877,7 @@ class PPOTrainer(Trainer):
             del (
                 query_responses, responses, postprocessed_responses, logprobs, ref_logprobs, values,
                 sequence_lengths, contain_eos_token, sequence_lengths_p1, response_idxs, padding_mask,
-                padding_mask_p1, rewards, actual_start, actual_end, advantages, returns,
+                padding_mask_p1, rewards, advantages, returns,
             )
             clear_device_cache()
 

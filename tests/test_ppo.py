@@ -88,7 +88,8 @@ def test_ppo_rewards_score_each_completion_with_its_own_row_and_log_each_functio
         "    return [float(answer) for answer in ground_truth]\n")
     monkeypatch.syspath_prepend(tmp_path)
     names = ["boxed_answer", "echo_rewards.echo"]
-    rewards = PPORewards(names, load_reward_funcs(names), [1.0, 0.5], tokenizer, prompts, token_ids)
+    funcs = load_reward_funcs(names, boxed_rewards=(1.0, -1.0, -0.5), stop_token_ids={tokenizer.eos_token_id})
+    rewards = PPORewards(names, funcs, [1.0, 0.5], tokenizer, prompts, token_ids)
     rewards.trainer_state = lambda: TrainerState(global_step=3)
 
     pad = tokenizer.pad_token_id
@@ -113,3 +114,97 @@ def test_ppo_rewards_score_each_completion_with_its_own_row_and_log_each_functio
     assert metrics["rewards/boxed_answer/mean"] == pytest.approx(0.0)
     assert metrics["rewards/echo_rewards.echo/mean"] == pytest.approx(16.0)
     assert rewards.recorded_metrics(lambda values: values) == {}  # each log reports the scores since the last
+    # Row 0's right answer cut off at the length limit (no EOS): the lower of wrong and missing, -1, not +1
+    cut = batch[1:].clone()
+    text = completions[0][:-1]  # the answer without its EOS, then a token repeated up to the length limit
+    cut[0, prompt_length:] = torch.tensor(text + [text[0]] * (completion_length - len(text)))
+    assert rewards.score_completions(cut, prompt_length).tolist() == pytest.approx([-1 + 1.0])
+
+
+# ---- PPO's maths on values worked out by hand (rlhf.ppo_trainer) ----
+
+
+def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_after_the_last():
+    import math
+
+    import torch
+
+    from rlhf.ppo_trainer import kl_penalized_rewards
+
+    scores = torch.tensor([1.0, 2.0])
+    logprobs = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
+    ref_logprobs = torch.tensor([[-1.5, -1.0, -0.5], [-2.0, -3.0, -2.0]])
+    ends = torch.tensor([0, 2])  # the first completion is one token; the second fills the whole length
+    rewards, kl, penalty = kl_penalized_rewards(scores, logprobs, ref_logprobs, ends, kl_coef=0.1)
+    # k1: log p - log p_ref = [0.5, 0, -0.5] and [0, 1, 0]; penalty -0.1 x that
+    assert torch.allclose(kl, torch.tensor([[0.5, 0.0, -0.5], [0.0, 1.0, 0.0]]))
+    assert torch.allclose(penalty, torch.tensor([[-0.05, 0.0, 0.05], [0.0, -0.1, 0.0]]))
+    # the score one position after the last token (where the value model reads it), or at the end when it is full
+    assert torch.allclose(rewards, torch.tensor([[-0.05, 1.0, 0.05], [0.0, -0.1, 2.0]]))
+    _, k3, _ = kl_penalized_rewards(scores, logprobs, ref_logprobs, ends, kl_coef=0.1, kl_estimator="k3")
+    # k3: (r - 1) - log r, r = p_ref / p: never negative
+    assert k3[0].tolist() == pytest.approx([math.exp(-0.5) - 0.5, 0.0, math.exp(0.5) - 1.5])
+
+
+@pytest.mark.parametrize("gamma, lam, advantages, returns", [
+    (1.0, 1.0, [0.5, 0.5, 0.5], [1.0, 1.0, 1.0]),  # Monte Carlo: the return less the value
+    (1.0, 0.5, [0.125, 0.25, 0.5], [0.625, 0.75, 1.0]),  # each step back halves the last TD error
+    (0.9, 1.0, [0.31, 0.4, 0.5], [0.81, 0.9, 1.0]),  # discounted returns: 0.9^2, 0.9, 1
+])
+def test_gae_on_a_reward_at_the_last_token(gamma, lam, advantages, returns):
+    import torch
+
+    from rlhf.ppo_trainer import gae
+
+    got_advantages, got_returns = gae(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.5, 0.5]]), gamma, lam)
+    assert got_advantages[0].tolist() == pytest.approx(advantages)
+    assert got_returns[0].tolist() == pytest.approx(returns)
+
+
+def test_the_clipped_value_loss_keeps_the_larger_error():
+    import torch
+
+    from rlhf.ppo_trainer import clipped_value_loss
+
+    mask = torch.tensor([[True, True]])
+    # clipped to old +- 0.2: 0.2 and 2.7; squared errors to 2.0: unclipped 1, 1; clipped 3.24, 0.49
+    loss, clipfrac = clipped_value_loss(torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 2.5]]),
+                                        torch.tensor([[2.0, 2.0]]), 0.2, mask)
+    assert loss.item() == pytest.approx(0.5 * (3.24 + 1.0) / 2) and clipfrac.item() == 0.5
+    loss, _ = clipped_value_loss(torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 2.5]]),
+                                 torch.tensor([[2.0, 2.0]]), 0.2, torch.tensor([[False, True]]))
+    assert loss.item() == pytest.approx(0.5)  # the masked position does not count
+
+
+@pytest.mark.parametrize("advantage, loss, clipped", [
+    (1.0, (-1.2 - 0.5) / 2, 0.5),  # ratio 1.5 clipped to 1.2 (no gain past it); 0.5 kept (the loss is larger)
+    (-1.0, (1.5 + 0.8) / 2, 0.5),  # ratio 1.5 kept (a worse action made likelier pays in full); 0.5 clipped to 0.8
+])
+def test_the_clipped_policy_loss_is_the_pessimistic_bound(advantage, loss, clipped):
+    import math
+
+    import torch
+
+    from rlhf.ppo_trainer import clipped_policy_loss
+
+    old = torch.tensor([[0.0, 0.0]])
+    new = torch.tensor([[math.log(1.5), math.log(0.5)]], requires_grad=True)
+    got, ratio, clipfrac, approxkl = clipped_policy_loss(new, old, torch.full((1, 2), advantage), 0.2,
+                                                         torch.tensor([[True, True]]))
+    assert got.item() == pytest.approx(loss) and clipfrac.item() == clipped
+    assert ratio[0].tolist() == pytest.approx([1.5, 0.5])
+    assert approxkl.item() == pytest.approx(0.5 * (math.log(1.5) ** 2 + math.log(0.5) ** 2) / 2)
+    got.backward()  # the gradient reaches only the unclipped term
+    kept = [0.0, 1.0] if advantage > 0 else [1.0, 0.0]
+    assert (new.grad[0] != 0).float().tolist() == kept
+
+
+def test_entropy_of_logits():
+    import math
+
+    import torch
+
+    from rlhf.ppo_trainer import entropy
+
+    values = entropy(torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]]))
+    assert values.tolist() == pytest.approx([math.log(2), -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))])
