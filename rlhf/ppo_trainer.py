@@ -45,6 +45,7 @@ from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -72,6 +73,10 @@ from trl.trainer.utils import disable_dropout_in_model, log_table_to_comet_exper
 from rlhf.kl_control import adaptive_kl_coef
 
 INVALID_LOGPROB = 1.0
+# What each PPO step records (`PPOTrainer._update`), and the tag its mean is logged under, in TRL's order
+STEP_STATS = {"approxkl": "policy/approxkl_avg", "pg_clipfrac": "policy/clipfrac_avg", "pg_loss": "loss/policy_avg",
+              "vf_loss": "loss/value_avg", "vf_clipfrac": "val/clipfrac_avg", "entropy": "policy/entropy_avg",
+              "ratio": "val/ratio"}
 VALUE_MODEL_DIR = "value_model"  # in a checkpoint and the output folder: the value model
 PPO_STATE = "ppo_state.json"  # in a checkpoint: the KL coefficient of the next rollout
 DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of the order of the prompts
@@ -568,296 +573,37 @@ class PPOTrainer(Trainer):
     # ---- Training ----
 
     def train(self):
+        """Rollouts until `num_total_batches`: generate and score (`_rollout`), rewards and advantages
+        (`_advantages`), PPO epochs (`_update`), logs and adaptive KL (`_log_rollout`), then transformers' callbacks
+        (checkpoints, the health check, the held-out evaluation)."""
         args = self.args
-        accelerator = self.accelerator
-        optimizer = self.optimizer
-        model = self.model
-        ref_policy = self.ref_model
-        processing_class = self.processing_class
-        dataloader = self.dataloader
-        device = accelerator.device
-        # whitening's sums over every process (rollout statistics shape the gradient: DESIGN.md, turn 5)
-        total = (lambda tensor: accelerator.reduce(tensor, "sum")) if accelerator.num_processes > 1 else None
-
-        def repeat_generator():
-            while True:
-                yield from dataloader
-
-        iter_dataloader = iter(repeat_generator())
-        generation_kwargs = {
-            "max_new_tokens": args.response_length,
-            "temperature": (args.temperature + 1e-7),
-            "top_k": 0.0,
-            "top_p": 1.0,
-            "do_sample": True,
-        }
-        generation_config = GenerationConfig(**generation_kwargs)
-
-        accelerator.print("===training policy===")
-        start_time, first_episode = time.time(), self._first_batch * args.batch_size  # eps: this launch's own
-        stats_shape = (args.num_ppo_epochs, args.num_mini_batches, args.gradient_accumulation_steps)
-        approxkl_stats = torch.zeros(stats_shape, device=device)
-        pg_clipfrac_stats = torch.zeros(stats_shape, device=device)
-        pg_loss_stats = torch.zeros(stats_shape, device=device)
-        vf_loss_stats = torch.zeros(stats_shape, device=device)
-        vf_clipfrac_stats = torch.zeros(stats_shape, device=device)
-        entropy_stats = torch.zeros(stats_shape, device=device)
-        ratio_stats = torch.zeros(stats_shape, device=device)
-        model.train()
-
+        self._start_time, self._first_episode = time.time(), self._first_batch * args.batch_size  # eps: this launch's
+        self.model.train()
         # trainer state initialization (ours: a resumed run's counters continue from its checkpoint)
         self.state.global_step = self._first_batch
         self.state.episode = self._first_batch * args.batch_size
         self.state.max_steps = args.num_total_batches
         self.state.num_train_epochs = args.total_episodes / self.train_dataset_len
-        # Compute absolute values for logging, eval, and save if given as ratio
-        for name in ("logging_steps", "eval_steps", "save_steps"):
+        for name in ("logging_steps", "eval_steps", "save_steps"):  # absolute, where given as a ratio
             steps = getattr(args, name)
             if steps is not None:
                 setattr(self.state, name, math.ceil(self.state.max_steps * steps) if steps < 1 else steps)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
-
-        # backward compatibility
-        if self.is_deepspeed_enabled:
+        if self.is_deepspeed_enabled:  # what transformers' saving reads
             self.deepspeed = self.model
             self.model_wrapped = self.model
 
+        def passes():  # one dataloader batch per rollout, pass after pass over the prompts
+            while True:
+                yield from self.dataloader
+
+        batches = passes()
         for update in range(self._first_batch + 1, args.num_total_batches + 1):
-            self.state.episode += 1 * args.batch_size
-            data = next(iter_dataloader)
-            with torch.no_grad():
-                # 1. Rollout: sample one completion per prompt, and keep the log-probability of each token under
-                # the policy that sampled it (the logits at the temperature), under the reference, and the value
-                # model's estimate of the return at each position.
-                queries = data["input_ids"].to(device)
-                context_length = queries.shape[1]
-                responses = []
-                postprocessed_responses = []
-                logprobs = []
-                ref_logprobs = []
-                scores = []
-                sequence_lengths = []
-                values = []
-                with unwrap_model_for_generation(
-                    self.model,
-                    self.accelerator,
-                    gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                    generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
-                ) as unwrapped_model:
-                    query_responses, logitss = batch_generation(
-                        unwrapped_model.policy,
-                        queries,
-                        args.local_rollout_forward_batch_size,
-                        processing_class.pad_token_id,
-                        generation_config,
-                        top_p=args.top_p,
-                    )
-                self.record_completions(query_responses[:, context_length:], self.stop_token_id)
-
-                for i in range(0, queries.shape[0], args.local_rollout_forward_batch_size):
-                    query = queries[i : i + args.local_rollout_forward_batch_size]
-                    query_response = query_responses[i : i + args.local_rollout_forward_batch_size]
-                    response = query_response[:, context_length:]
-                    logits = logitss[i : i + args.local_rollout_forward_batch_size]
-                    logprob = selective_log_softmax(logits, response)
-                    del logits
-                    clear_device_cache()
-
-                    if ref_policy is None:
-                        with self.null_ref_context() as reference:
-                            ref_output = forward(reference, query_response, processing_class.pad_token_id)
-                    else:
-                        ref_output = forward(ref_policy, query_response, processing_class.pad_token_id)
-                    ref_logits = ref_output.logits[:, context_length - 1 : -1]
-                    ref_logits /= args.temperature + 1e-7
-                    ref_logprob = selective_log_softmax(ref_logits, response)
-                    del ref_output, ref_logits
-                    clear_device_cache()
-
-                    # 2. Score: each completion is cut after its first stop token (the rest becomes padding) and
-                    # scored whole by the reward model (or the reward functions).
-                    postprocessed_response = response
-                    if self.stop_token_id is not None:  # handle the edge case when stop_token_id exists but is 0
-                        postprocessed_response = truncate_response(
-                            self.stop_token_id, processing_class.pad_token_id, response
-                        )
-                    postprocessed_query_response = torch.cat((query, postprocessed_response), 1)
-                    sequence_length = first_true_indices(postprocessed_response == processing_class.pad_token_id) - 1
-                    unwrapped_value_model = accelerator.unwrap_model(model).value_model
-                    full_value, _, _ = get_reward(
-                        unwrapped_value_model, query_response, processing_class.pad_token_id, context_length
-                    )
-                    value = full_value[:, context_length - 1 : -1].squeeze(-1)
-                    score = score_completions(
-                        self.reward_model, postprocessed_query_response, processing_class.pad_token_id, context_length
-                    )
-
-                    responses.append(response)
-                    postprocessed_responses.append(postprocessed_response)
-                    logprobs.append(logprob)
-                    ref_logprobs.append(ref_logprob)
-                    sequence_lengths.append(sequence_length)
-                    scores.append(score)
-                    values.append(value)
-                responses = torch.cat(responses, 0)
-                postprocessed_responses = torch.cat(postprocessed_responses, 0)
-                logprobs = torch.cat(logprobs, 0)
-                ref_logprobs = torch.cat(ref_logprobs, 0)
-                sequence_lengths = torch.cat(sequence_lengths, 0)
-                scores = torch.cat(scores, 0)
-                values = torch.cat(values, 0)
-                del (logprob, ref_logprob, full_value, value, score, unwrapped_model)
-                clear_device_cache()
-                gc.collect()
-
-                # A completion cut off before its stop token scores `missing_eos_penalty` lower.
-                contain_eos_token = torch.any(postprocessed_responses == self.processing_class.eos_token_id, dim=-1)
-                if self.args.missing_eos_penalty is not None:
-                    scores[~contain_eos_token] -= self.args.missing_eos_penalty
-
-                # Positions after a completion's last token are padding: `padding_mask` masks log-probabilities,
-                # `padding_mask_p1` (one position later) the values. See
-                # https://excalidraw.com/#json=LWnzG4w2k5DjF_EOL_xPt,e2w3a-hFJ_gX5vOfeyXGTw
-                response_idxs = torch.arange(responses.shape[1], device=responses.device).repeat(responses.shape[0], 1)
-                padding_mask = response_idxs > sequence_lengths.unsqueeze(1)
-                logprobs = torch.masked_fill(logprobs, padding_mask, INVALID_LOGPROB)
-                ref_logprobs = torch.masked_fill(ref_logprobs, padding_mask, INVALID_LOGPROB)
-                sequence_lengths_p1 = sequence_lengths + 1
-                padding_mask_p1 = response_idxs > (sequence_lengths_p1.unsqueeze(1))
-                values = torch.masked_fill(values, padding_mask_p1, 0)
-
-                # 3. Rewards: a KL penalty at every token plus the completion's score at its last token.
-                rewards, kl, non_score_reward = kl_penalized_rewards(scores, logprobs, ref_logprobs, sequence_lengths,
-                                                                     self.kl_coef, args.kl_estimator)
-
-                if args.whiten_rewards:
-                    rewards = masked_whiten(rewards, mask=~padding_mask_p1, shift_mean=False, total=total)
-                    rewards = torch.masked_fill(rewards, padding_mask_p1, 0)
-
-                # 4. Advantages by GAE; the value model learns the returns A + V.
-                advantages, returns = gae(rewards, values, args.gamma, args.lam)
-                # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1.
-                advantages = masked_whiten(advantages, ~padding_mask, total=total)
-                # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would
-                # still get advantages of unit size: GAE's noise (the value model's errors, the KL penalty and, with
-                # lam < 1, a push against the last token, EOS), a full PPO step. With skip_rollouts_without_signal
-                # they are 0 (GRPO's zero advantage for a group that all scored the same) and the policy is not
-                # stepped at all (step 6); the returns, which the value model learns, stay. Judged on the whole
-                # rollout, every process's completions together; a rollout of one completion is never judged flat.
-                self.without_signal = rollout_without_signal(accelerator.gather(scores))
-                self.advantages_zeroed = args.skip_rollouts_without_signal and self.without_signal
-                if self.advantages_zeroed:
-                    advantages.zero_()
-                advantages = torch.masked_fill(advantages, padding_mask, 0)
-                clear_device_cache()
-
-            # 6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch.
-            # Ours: a rollout without signal steps the value model alone. Its policy gradients are 0, and AdamW would
-            # still move the policy by its momentum (and weight decay): they are dropped before each step, which
-            # AdamW then skips for those weights. Under DeepSpeed and FSDP, whose optimizers hold the weights
-            # flattened together, such a rollout is not trained on at all.
-            skip_policy = self.advantages_zeroed and not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
-            skip_rollout = self.advantages_zeroed and not skip_policy
-            if skip_rollout:
-                for stats in (approxkl_stats, pg_clipfrac_stats, pg_loss_stats, vf_loss_stats, vf_clipfrac_stats,
-                              entropy_stats, ratio_stats):
-                    stats.zero_()
-            for ppo_epoch_idx in range(0 if skip_rollout else args.num_ppo_epochs):
-                b_inds = np.random.permutation(args.local_batch_size)
-                minibatch_idx = 0
-                for mini_batch_start in range(0, args.local_batch_size, args.local_mini_batch_size):
-                    mini_batch_end = mini_batch_start + args.local_mini_batch_size
-                    mini_batch_inds = b_inds[mini_batch_start:mini_batch_end]
-                    gradient_accumulation_idx = 0
-                    for micro_batch_start in range(0, args.local_mini_batch_size, args.per_device_train_batch_size):
-                        with accelerator.accumulate(model):
-                            micro_batch_end = micro_batch_start + args.per_device_train_batch_size
-                            micro_batch_inds = mini_batch_inds[micro_batch_start:micro_batch_end]
-                            mb_advantage = advantages[micro_batch_inds]
-                            mb_responses = responses[micro_batch_inds]
-                            mb_query_responses = query_responses[micro_batch_inds]
-                            mb_logprobs = logprobs[micro_batch_inds]
-                            mb_return = returns[micro_batch_inds]
-                            mb_values = values[micro_batch_inds]
-
-                            output, vpred_temp = forward(model, mb_query_responses, processing_class.pad_token_id)
-                            logits = output.logits[:, context_length - 1 : -1]
-                            logits /= args.temperature + 1e-7
-                            new_logprobs = selective_log_softmax(logits, mb_responses)
-                            new_logprobs = torch.masked_fill(
-                                new_logprobs, padding_mask[micro_batch_inds], INVALID_LOGPROB
-                            )
-                            vpred = vpred_temp[:, context_length - 1 : -1].squeeze(-1)
-                            vpred = torch.masked_fill(vpred, padding_mask_p1[micro_batch_inds], 0)
-                            vf_loss, vf_clipfrac = clipped_value_loss(
-                                vpred, mb_values, mb_return, args.cliprange_value, ~padding_mask_p1[micro_batch_inds])
-                            pg_loss, ratio, pg_clipfrac, approxkl = clipped_policy_loss(
-                                new_logprobs, mb_logprobs, mb_advantage, args.cliprange,
-                                ~padding_mask[micro_batch_inds])
-                            loss = pg_loss + args.vf_coef * vf_loss
-                            accelerator.backward(loss)
-                            if skip_policy:
-                                for parameter in self.trained_policy.parameters():
-                                    parameter.grad = None
-                            optimizer.step()  # accelerate steps once per mini-batch (see __init__)
-                            optimizer.zero_grad()
-                            with torch.no_grad():
-                                at = ppo_epoch_idx, minibatch_idx, gradient_accumulation_idx
-                                approxkl_stats[at] = approxkl
-                                pg_clipfrac_stats[at] = pg_clipfrac
-                                pg_loss_stats[at] = pg_loss
-                                vf_loss_stats[at] = vf_loss
-                                vf_clipfrac_stats[at] = vf_clipfrac
-                                entropy_stats[at] = entropy(logits).mean()
-                                ratio_stats[at] = ratio.mean()
-                        gradient_accumulation_idx += 1
-                    minibatch_idx += 1
-                    # del everything and empty cache
-                    # fmt: off
-                    del (
-                        output, vpred_temp, logits, new_logprobs, vpred, vf_loss, vf_clipfrac, ratio, pg_loss, loss,
-                        pg_clipfrac, approxkl, mb_return, mb_advantage, mb_values, mb_responses, mb_query_responses,
-                        mb_logprobs,
-                    )
-                    # fmt: on
-                    clear_device_cache()
-            with torch.no_grad():
-                mean_kl = kl.sum(1).mean()
-                # Mask padding positions, filled with INVALID_LOGPROB, else they'd drag the entropy negative
-                mean_entropy = ((-logprobs) * (~padding_mask).float()).sum(1).mean()
-                mean_non_score_reward = non_score_reward.sum(1).mean()
-                rlhf_reward = mean_non_score_reward + scores.mean()
-                eps = int((self.state.episode - first_episode) / (time.time() - start_time))
-                gathered = self.accelerator.gather_for_metrics
-                metrics = {}
-                metrics["eps"] = eps
-                metrics["objective/kl"] = gathered(mean_kl).mean().item()
-                metrics["objective/entropy"] = gathered(mean_entropy).mean().item()
-                metrics["objective/non_score_reward"] = gathered(mean_non_score_reward).mean().item()
-                metrics["objective/rlhf_reward"] = gathered(rlhf_reward).mean().item()
-                metrics["objective/scores"] = gathered(scores.mean()).mean().item()
-                metrics["policy/approxkl_avg"] = gathered(approxkl_stats).mean().item()
-                metrics["policy/clipfrac_avg"] = gathered(pg_clipfrac_stats).mean().item()
-                metrics["loss/policy_avg"] = gathered(pg_loss_stats).mean().item()
-                metrics["loss/value_avg"] = gathered(vf_loss_stats).mean().item()
-                metrics["val/clipfrac_avg"] = gathered(vf_clipfrac_stats).mean().item()
-                metrics["policy/entropy_avg"] = gathered(entropy_stats).mean().item()
-                metrics["val/ratio"] = gathered(ratio_stats).mean().item()
-                metrics["val/ratio_var"] = _variance(gathered(ratio_stats))
-                eos_tokens = (responses == processing_class.eos_token_id).sum()
-                metrics["val/num_eos_tokens"] = gathered(eos_tokens).sum().item()  # every process's
-                metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
-                metrics["episode"] = self.state.episode
-                metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)
-                self.state.epoch = self.state.episode / self.train_dataset_len  # used by self.log
-                self.state.global_step += 1
-                self.log(metrics)
-                # 7. Adaptive KL (ours): the next rollout's coefficient follows target_kl. objective/kl is the mean
-                # over all processes: each adapts the same way.
-                if args.target_kl:
-                    self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl,
-                                                    args.batch_size, args.kl_horizon)
-
+            self.state.episode += args.batch_size
+            rollout = self._rollout(next(batches)["input_ids"].to(self.accelerator.device))
+            self._advantages(rollout)
+            stats = self._update(rollout)
+            self._log_rollout(rollout, stats)
             # The learning-rate schedule counts the policy's steps: a rollout without signal does not spend it, so
             # the policy's real steps run at the rates of a run without such rollouts (the value model, stepped at
             # the rate held, still learns from it).
@@ -865,27 +611,201 @@ class PPOTrainer(Trainer):
                 self.lr_scheduler.step()
             self.control = self.callback_handler.on_step_end(args, self.state, self.control)
             if self.control.should_save:
-                self._save_checkpoint(model, trial=None)
+                self._save_checkpoint(self.model, trial=None)
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
-            del kl, mean_kl, mean_entropy, mean_non_score_reward, scores, metrics, non_score_reward
+            del rollout, stats
             clear_device_cache()
             gc.collect()
-
             if args.num_sample_generations > 0 and (update - 1) % self.sample_generations_freq == 0:
                 self.generate_completions(sampling=True)
                 clear_device_cache()
-            del (
-                query_responses, responses, postprocessed_responses, logprobs, ref_logprobs, values,
-                sequence_lengths, contain_eos_token, sequence_lengths_p1, response_idxs, padding_mask,
-                padding_mask_p1, rewards, advantages, returns,
-            )
-            clear_device_cache()
 
-        # HF trainer specifics
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         if self.control.should_save:
-            self._save_checkpoint(model, trial=None)
+            self._save_checkpoint(self.model, trial=None)
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
+    @torch.no_grad()
+    def _rollout(self, queries):
+        """1-2. One completion per prompt of `queries` (left-padded), with the log-probability of each token under the
+        policy that sampled it (the logits at the temperature) and under the reference, the value model's estimate
+        at each position, and the score of the completion cut after its first stop token (the rest becomes padding).
+        Computed in chunks of `local_rollout_forward_batch_size` prompts."""
+        args, pad = self.args, self.processing_class.pad_token_id
+        context_length = queries.shape[1]
+        generation_kwargs = {"max_new_tokens": args.response_length, "temperature": args.temperature + 1e-7,
+                             "top_k": 0.0, "top_p": 1.0, "do_sample": True}
+        with unwrap_model_for_generation(
+            self.model, self.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
+            generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
+        ) as unwrapped_model:
+            query_responses, logitss = batch_generation(unwrapped_model.policy, queries,
+                                                        args.local_rollout_forward_batch_size, pad,
+                                                        GenerationConfig(**generation_kwargs), top_p=args.top_p)
+        del unwrapped_model
+        self.record_completions(query_responses[:, context_length:], self.stop_token_id)
+
+        parts = defaultdict(list)
+        chunk = args.local_rollout_forward_batch_size
+        value_model = self.accelerator.unwrap_model(self.model).value_model
+        for i in range(0, queries.shape[0], chunk):
+            query, query_response = queries[i : i + chunk], query_responses[i : i + chunk]
+            response = query_response[:, context_length:]
+            parts["logprobs"].append(selective_log_softmax(logitss[i : i + chunk], response))
+            clear_device_cache()
+            if self.ref_model is None:
+                with self.null_ref_context() as reference:
+                    ref_output = forward(reference, query_response, pad)
+            else:
+                ref_output = forward(self.ref_model, query_response, pad)
+            ref_logits = ref_output.logits[:, context_length - 1 : -1]
+            ref_logits /= args.temperature + 1e-7
+            parts["ref_logprobs"].append(selective_log_softmax(ref_logits, response))
+            del ref_output, ref_logits
+            clear_device_cache()
+            ended = response
+            if self.stop_token_id is not None:  # handle the edge case when stop_token_id exists but is 0
+                ended = truncate_response(self.stop_token_id, pad, response)
+            parts["sequence_lengths"].append(first_true_indices(ended == pad) - 1)
+            full_value, _, _ = get_reward(value_model, query_response, pad, context_length)
+            parts["values"].append(full_value[:, context_length - 1 : -1].squeeze(-1))
+            parts["scores"].append(score_completions(self.reward_model, torch.cat((query, ended), 1), pad,
+                                                     context_length))
+            parts["responses"].append(response)
+            parts["ended_responses"].append(ended)
+        del logitss
+        rollout = SimpleNamespace(query_responses=query_responses, context_length=context_length,
+                                  **{name: torch.cat(tensors, 0) for name, tensors in parts.items()})
+        del parts, full_value
+        clear_device_cache()
+        gc.collect()
+        return rollout
+
+    @torch.no_grad()
+    def _advantages(self, rollout):
+        """3-5. The rollout's per-token rewards (the KL penalty, the score), its advantages by GAE, whitened over the
+        whole rollout, and the returns the value model learns; set on `rollout`."""
+        args, r = self.args, rollout
+        # whitening's sums over every process (rollout statistics shape the gradient: DESIGN.md, turn 5)
+        total = (lambda t: self.accelerator.reduce(t, "sum")) if self.accelerator.num_processes > 1 else None
+        # A completion cut off before its stop token scores `missing_eos_penalty` lower.
+        ended = torch.any(r.ended_responses == self.processing_class.eos_token_id, dim=-1)
+        if args.missing_eos_penalty is not None:
+            r.scores[~ended] -= args.missing_eos_penalty
+        # Positions after a completion's last token are padding: `padding_mask` masks log-probabilities,
+        # `padding_mask_p1` (one position later) the values. See
+        # https://excalidraw.com/#json=LWnzG4w2k5DjF_EOL_xPt,e2w3a-hFJ_gX5vOfeyXGTw
+        positions = torch.arange(r.responses.shape[1], device=r.responses.device).repeat(r.responses.shape[0], 1)
+        r.padding_mask = positions > r.sequence_lengths.unsqueeze(1)
+        r.padding_mask_p1 = positions > (r.sequence_lengths + 1).unsqueeze(1)
+        r.logprobs = torch.masked_fill(r.logprobs, r.padding_mask, INVALID_LOGPROB)
+        r.ref_logprobs = torch.masked_fill(r.ref_logprobs, r.padding_mask, INVALID_LOGPROB)
+        r.values = torch.masked_fill(r.values, r.padding_mask_p1, 0)
+        # 3. Rewards: a KL penalty at every token plus the completion's score at its last token.
+        rewards, r.kl, r.non_score_reward = kl_penalized_rewards(r.scores, r.logprobs, r.ref_logprobs,
+                                                                 r.sequence_lengths, self.kl_coef, args.kl_estimator)
+        if args.whiten_rewards:
+            rewards = masked_whiten(rewards, mask=~r.padding_mask_p1, shift_mean=False, total=total)
+            rewards = torch.masked_fill(rewards, r.padding_mask_p1, 0)
+        # 4. Advantages by GAE; the value model learns the returns A + V.
+        advantages, r.returns = gae(rewards, r.values, args.gamma, args.lam)
+        # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1.
+        advantages = masked_whiten(advantages, ~r.padding_mask, total=total)
+        # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would still
+        # get advantages of unit size: GAE's noise (the value model's errors, the KL penalty and, with lam < 1, a
+        # push against the last token, EOS), a full PPO step. With skip_rollouts_without_signal they are 0 (GRPO's
+        # zero advantage for a group that all scored the same) and the policy is not stepped at all (`_update`); the
+        # returns, which the value model learns, stay. Judged on the whole rollout, every process's completions
+        # together; a rollout of one completion is never judged flat.
+        self.without_signal = rollout_without_signal(self.accelerator.gather(r.scores))
+        self.advantages_zeroed = args.skip_rollouts_without_signal and self.without_signal
+        if self.advantages_zeroed:
+            advantages.zero_()
+        r.advantages = torch.masked_fill(advantages, r.padding_mask, 0)
+        clear_device_cache()
+
+    def _update(self, rollout):
+        """6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch (its
+        micro-batches accumulated). Returns each step's statistics, {name: tensor (epoch, mini-batch, micro-batch)}.
+
+        Ours: a rollout without signal steps the value model alone. Its policy gradients are 0, and AdamW would still
+        move the policy by its momentum (and weight decay): they are dropped before each step, which AdamW then skips
+        for those weights. Under DeepSpeed and FSDP, whose optimizers hold the weights flattened together, such a
+        rollout is not trained on at all (its statistics 0)."""
+        args, r, model = self.args, rollout, self.model
+        shape = (args.num_ppo_epochs, args.num_mini_batches, args.gradient_accumulation_steps)
+        stats = {name: torch.zeros(shape, device=self.accelerator.device) for name in STEP_STATS}
+        skip_policy = self.advantages_zeroed and not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
+        skip_rollout = self.advantages_zeroed and not skip_policy
+        start = r.context_length - 1
+        for epoch in range(0 if skip_rollout else args.num_ppo_epochs):
+            order = np.random.permutation(args.local_batch_size)
+            for mini_batch, first in enumerate(range(0, args.local_batch_size, args.local_mini_batch_size)):
+                mini_batch_inds = order[first : first + args.local_mini_batch_size]
+                for micro_batch, offset in enumerate(range(0, args.local_mini_batch_size,
+                                                           args.per_device_train_batch_size)):
+                    with self.accelerator.accumulate(model):
+                        i = mini_batch_inds[offset : offset + args.per_device_train_batch_size]
+                        output, vpred_temp = forward(model, r.query_responses[i], self.processing_class.pad_token_id)
+                        logits = output.logits[:, start:-1]
+                        logits /= args.temperature + 1e-7
+                        new_logprobs = selective_log_softmax(logits, r.responses[i])
+                        new_logprobs = torch.masked_fill(new_logprobs, r.padding_mask[i], INVALID_LOGPROB)
+                        vpred = vpred_temp[:, start:-1].squeeze(-1)
+                        vpred = torch.masked_fill(vpred, r.padding_mask_p1[i], 0)
+                        vf_loss, vf_clipfrac = clipped_value_loss(vpred, r.values[i], r.returns[i],
+                                                                  args.cliprange_value, ~r.padding_mask_p1[i])
+                        pg_loss, ratio, pg_clipfrac, approxkl = clipped_policy_loss(
+                            new_logprobs, r.logprobs[i], r.advantages[i], args.cliprange, ~r.padding_mask[i])
+                        loss = pg_loss + args.vf_coef * vf_loss
+                        self.accelerator.backward(loss)
+                        if skip_policy:
+                            for parameter in self.trained_policy.parameters():
+                                parameter.grad = None
+                        self.optimizer.step()  # accelerate steps once per mini-batch (see __init__)
+                        self.optimizer.zero_grad()
+                        with torch.no_grad():
+                            at = epoch, mini_batch, micro_batch
+                            for name, value in (("approxkl", approxkl), ("pg_clipfrac", pg_clipfrac),
+                                                ("pg_loss", pg_loss), ("vf_loss", vf_loss),
+                                                ("vf_clipfrac", vf_clipfrac), ("entropy", entropy(logits).mean()),
+                                                ("ratio", ratio.mean())):
+                                stats[name][at] = value
+                del output, vpred_temp, logits, new_logprobs, vpred, vf_loss, pg_loss, loss, ratio
+                clear_device_cache()
+        return stats
+
+    @torch.no_grad()
+    def _log_rollout(self, rollout, stats):
+        """TRL's metrics of the rollout and its PPO epochs (over every process) and ours; then 7, adaptive KL: the
+        next rollout's coefficient follows target_kl (objective/kl is the mean over all processes: each adapts the
+        same way)."""
+        args, r = self.args, rollout
+        gathered = self.accelerator.gather_for_metrics
+        mean_kl = r.kl.sum(1).mean()
+        # Mask padding positions, filled with INVALID_LOGPROB, else they'd drag the entropy negative
+        mean_entropy = ((-r.logprobs) * (~r.padding_mask).float()).sum(1).mean()
+        mean_non_score_reward = r.non_score_reward.sum(1).mean()
+        metrics = {"eps": int((self.state.episode - self._first_episode) / (time.time() - self._start_time))}
+        metrics["objective/kl"] = gathered(mean_kl).mean().item()
+        metrics["objective/entropy"] = gathered(mean_entropy).mean().item()
+        metrics["objective/non_score_reward"] = gathered(mean_non_score_reward).mean().item()
+        metrics["objective/rlhf_reward"] = gathered(mean_non_score_reward + r.scores.mean()).mean().item()
+        metrics["objective/scores"] = gathered(r.scores.mean()).mean().item()
+        for name, tag in STEP_STATS.items():
+            metrics[tag] = gathered(stats[name]).mean().item()
+        metrics["val/ratio_var"] = _variance(gathered(stats["ratio"]))
+        eos_tokens = (r.responses == self.processing_class.eos_token_id).sum()
+        metrics["val/num_eos_tokens"] = gathered(eos_tokens).sum().item()  # every process's
+        metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
+        metrics["episode"] = self.state.episode
+        metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)
+        self.state.epoch = self.state.episode / self.train_dataset_len  # used by self.log
+        self.state.global_step += 1
+        self.log(metrics)
+        if args.target_kl:
+            self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl, args.batch_size,
+                                            args.kl_horizon)
 
     # ---- What we log beyond TRL's metrics ----
 
