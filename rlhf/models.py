@@ -6,6 +6,7 @@ Loading stays real: Hub ids and local folders go through `from_pretrained` alike
 import copy
 from pathlib import Path
 
+from rlhf.bundled import script
 from rlhf.errors import UserError, first_line
 from rlhf.processes import main_process_first
 
@@ -163,7 +164,7 @@ def load_sequence_classifier(path, dtype="float32", trust_remote_code=False, pad
     if config.get("task_type") != "SEQ_CLS":
         raise UserError(
             f"{path} is a LoRA adapter of a {config.get('task_type')} model, not of a sequence classifier "
-            "(task_type SEQ_CLS); train a reward model with `python train_reward_model.py`"
+            f"(task_type SEQ_CLS); train a reward model with `{script('train_reward_model.py')}`"
         )
     return _merged_adapter(path, AutoModelForSequenceClassification, {"num_labels": 1, **kwargs})
 

@@ -9,6 +9,7 @@ that pad with EOS (SmolLM2's do) get `<|endoftext|>` or their unknown token as p
 import math
 from pathlib import Path
 
+from rlhf.bundled import script
 from rlhf.checks import check_model_source
 from rlhf.errors import NonFiniteError, UserError, first_line
 from rlhf.models import (
@@ -20,7 +21,7 @@ from rlhf.models import (
 )
 from rlhf.processes import is_main_process
 
-REWARD_HINT = " (no reward model yet? `python train_reward_model.py` makes one)"
+REWARD_HINT = f" (no reward model yet? `{script('train_reward_model.py')}` makes one)"
 PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
 
 
@@ -95,7 +96,7 @@ def _check_classifier(path, config):
     if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
         raise UserError(
             f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
-            f"{architectures}, num_labels={config.num_labels}); train one with `python train_reward_model.py`"
+            f"{architectures}, num_labels={config.num_labels}); train one with `{script('train_reward_model.py')}`"
         )
 
 

