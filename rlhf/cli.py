@@ -18,6 +18,7 @@ from rlhf.lock import release_locks
 from rlhf.processes import is_main_process
 from rlhf.signals import abort, handle_stop_signals, restore
 from rlhf.spellings import TRANSLATED_FLAGS, did_you_mean, translate_flags
+from rlhf.trl_compat import parser_actions
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
 
@@ -67,14 +68,14 @@ class Parser:
         description = "\n\n".join(text for text in (description, _summary(fields)) if text)
         self.parser = _Parser(dataclass_types, description=description, formatter_class=_HelpFormatter,
                               usage="python %(prog)s [--config FILE.yaml] [--flag value ...]")
-        for action in self.parser._actions:
+        for action in parser_actions(self.parser):
             if action.type is float:
                 action.type = _finite_float
         _describe_negations(self.parser)
         # Every name a flag answers to (its field name, `-` spellings, aliases such as --use_lora for --use_peft),
         # with `_` for `-`, mapped to the field it sets.
         self.known = {option.lstrip("-").replace("-", "_"): action.dest
-                      for action in self.parser._actions for option in action.option_strings if option != "-h"}
+                      for action in parser_actions(self.parser) for option in action.option_strings if option != "-h"}
 
     def parse(self, args):
         args, config, read = list(args), {}, []
@@ -241,7 +242,7 @@ def _describe_negations(parser):
     parsing is unchanged; a YAML `--config` sets both) for `--help` to show the value it turns off.
     """
     positives = {}
-    for action in parser._actions:
+    for action in parser_actions(parser):
         if action.dest in positives and f"--no_{action.dest}" in action.option_strings:
             action.default = positives[action.dest].default
             action.help = f"Same as --{action.dest} false: turns it off (--{action.dest} defaults to %(default)s)."
@@ -327,7 +328,7 @@ def _check_config_values(config, parser, path):
     """Check a YAML value as argparse checks a flag's: a value that is not a string skips argparse's conversion, so a
     list, a mapping or a null where a number goes would otherwise fail deep inside a config's checks."""
     actions = {}
-    for action in parser._actions:
+    for action in parser_actions(parser):
         actions.setdefault(action.dest, action)
     for dest, value in config.items():
         action = actions.get(dest)
@@ -351,7 +352,7 @@ def _check_config_values(config, parser, path):
 
 def _listed(config, parser):
     """A YAML scalar given to a flag that takes a list (`model_path: a`) as a one-item list, as the flag would give."""
-    listed = {action.dest for action in parser._actions if action.nargs in ("+", "*")}
+    listed = {action.dest for action in parser_actions(parser) if action.nargs in ("+", "*")}
     return {dest: [value] if dest in listed and value is not None and not isinstance(value, list) else value
             for dest, value in config.items()}
 

@@ -11,18 +11,13 @@ process as the only one. Nothing here imports torch or accelerate when the modul
 
 import contextlib
 import os
-import sys
 
 
 def _partial_state():
-    """accelerate's `PartialState` once something (the training arguments) has set it up; None before. Never creates
-    it: a new one would start the process group (see above). accelerate has no public way to ask whether it is set
-    up: its shared state (`PartialState._shared_state`) is empty until then. (Here, not in rlhf/trl_compat, which
-    imports transformers: this answers in scripts that never load it.)"""
-    state = sys.modules.get("accelerate.state")
-    if state is None or not state.PartialState._shared_state:
-        return None
-    return state.PartialState()
+    """accelerate's `PartialState` once the training arguments have set it up; None before (never created here)."""
+    from rlhf.trl_compat import accelerate_state
+
+    return accelerate_state()
 
 
 def launched_processes():

@@ -243,3 +243,35 @@ def test_the_load_warning_that_resume_quiets_for_tied_weights_is_still_transform
     assert tied_weight_names(AutoModelForCausalLM.from_config(config)) == []  # untied: every key counts
     config.tie_word_embeddings = True
     assert tied_weight_names(AutoModelForCausalLM.from_config(config)) == ["lm_head.weight"]
+
+
+def test_the_private_names_the_compat_layer_reads_are_still_there():
+    """Each fails when its library moves it: accelerate's shared state, argparse's action list, transformers' one
+    reference to the DeepSpeed config in force (read, then put back through its public setter)."""
+    import argparse
+
+    from accelerate.state import PartialState
+    from transformers.integrations import deepspeed
+
+    from rlhf.trl_compat import loading_whole, parser_actions
+
+    assert isinstance(PartialState._shared_state, dict)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed")
+    assert [action.dest for action in parser_actions(parser)] == ["help", "seed"]
+    assert hasattr(deepspeed, "_hf_deepspeed_config_weak_ref") and callable(deepspeed.set_hf_deepspeed_config)
+
+    class Config:  # what transformers keeps a weak reference to
+        config = {"zero_optimization": {"stage": 3}}
+
+        def is_zero3(self):
+            return True
+
+    config = Config()
+    deepspeed.set_hf_deepspeed_config(config)
+    try:
+        with loading_whole():
+            assert not deepspeed.is_deepspeed_zero3_enabled()
+        assert deepspeed.is_deepspeed_zero3_enabled()  # put back as it was
+    finally:
+        deepspeed.unset_hf_deepspeed_config()

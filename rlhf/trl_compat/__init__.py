@@ -133,15 +133,36 @@ def loading_whole():
     """
     from transformers.integrations import deepspeed
 
-    kept = deepspeed._hf_deepspeed_config_weak_ref
+    kept = deepspeed._hf_deepspeed_config_weak_ref  # transformers 5.23: the one reference to the config in force
+    config = kept() if kept is not None else None
     deepspeed.unset_hf_deepspeed_config()
     try:
         yield
     finally:
-        deepspeed._hf_deepspeed_config_weak_ref = kept
+        if config is not None:
+            deepspeed.set_hf_deepspeed_config(config)  # put back through transformers' own setter
 
 
 # ---- Where the package hooks into transformers' Trainer, accelerate and the interpreter beyond their public API ----
+
+
+def accelerate_state():
+    """accelerate's `PartialState` once something (the training arguments) has set it up; None before. Never creates
+    it: a new one would start the process group. accelerate (1.15.0) has no public way to ask whether it is set up:
+    its shared state (`PartialState._shared_state`) is empty until then. Light on purpose: it answers in scripts
+    that never load accelerate (`rlhf.processes`)."""
+    import sys
+
+    state = sys.modules.get("accelerate.state")
+    if state is None or not state.PartialState._shared_state:
+        return None
+    return state.PartialState()
+
+
+def parser_actions(parser):
+    """The actions of an argparse parser, in the order they were added: `ArgumentParser._actions` (Python 3.11-3.13),
+    which argparse reads itself and offers no public accessor for."""
+    return parser._actions
 
 
 def add_callback_before_reporters(trainer, callback):
