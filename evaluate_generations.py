@@ -7,8 +7,8 @@ Usage:
         ./ppo_training_output --num_prompts 50 --output_file comparison.json
 
     python evaluate_generations.py --model_path bundled/SmolLM2-135M-Instruct ./grpo_math \
-        --reward_funcs boxed_answer boxed_format --dataset_name data/math_test.jsonl --train_samples 0 \
-        --num_prompts 100
+        --reward_funcs boxed_answer boxed_format --reward_weights 1 0 --dataset_name data/math_test.jsonl \
+        --train_samples 0 --num_prompts 100
 
 The first model is the baseline: every other model gets the same prompts and sampling seed, and its win rate
 against the baseline under the reward model (ties count half) is reported with a 95% bootstrap interval. With

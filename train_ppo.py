@@ -11,7 +11,8 @@ Usage:
     python train_ppo.py --use_peft
     python train_ppo.py --target_kl 6                      # adaptive KL coefficient instead of a fixed one
     python train_ppo.py --config my_ppo.yaml --total_episodes 2000
-    python train_ppo.py --dataset_name data/math_train.jsonl --reward_funcs boxed_answer boxed_format
+    python train_ppo.py --dataset_name data/math_train.jsonl --reward_funcs boxed_answer boxed_format \
+        --reward_weights 1 0                             # the verifier pays; boxed_format is logged, not paid
 
 The reward model must share the policy's tokenizer: PPO feeds it the policy's token ids (GRPO has no such limit).
 Re-running the same command on an `--output_dir` with checkpoints resumes from the newest one; on a finished run

@@ -14,6 +14,7 @@ a keyword argument holding one value per completion. `--reward_funcs` names them
 """
 
 import importlib
+import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -112,10 +113,13 @@ def _import_file(file, path):
     if not file.is_file():
         raise UserError(f"reward function '{path}': {file} is not a file{did_you_mean_file(file)}; give "
                         "path/to/file.py:function, the path from the current folder or absolute")
+    loaded = sys.modules.get(file.stem)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == file.resolve():
+        return loaded  # imported once (the preflight checked it): its top level runs once, as an import's would
     spec = importlib.util.spec_from_file_location(file.stem, file)
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(file.stem, module)  # as an import would: pickle and the user's own imports find it
     spec.loader.exec_module(module)
+    sys.modules.setdefault(file.stem, module)  # as an import would: pickle and the user's own imports find it
     return module
 
 
@@ -133,8 +137,6 @@ def import_reward_func(path):
     file, `path/to/my_rewards.py:brevity`, ready to be called with TRL's arguments: a function of one argument (the
     batch as a list of dicts, as TRL's GRPO guide writes it) is adapted. A module that does not import, or a
     signature that cannot work, is a `UserError`."""
-    import importlib.util
-
     by_file = _file_and_function(path)
     if by_file is None and ":" in path:
         raise UserError(f"reward function '{path}': give module.function or path/to/file.py:function (the file "

@@ -163,7 +163,7 @@ def shipped_recipes():
         config = yaml.safe_load(path.read_text()) or {}
         if "reward_funcs" in config:
             found[path.name] = (config["reward_funcs"], config.get("reward_weights"), (1.0, 0.0, 0.0))
-    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted(root.glob("*.py"))]:
         text = path.read_text().replace("\\\n", " ")
         for number, line in enumerate(text.splitlines(), 1):
             if line.lstrip().startswith("python ") and "--reward_funcs" in line:
