@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, run_script, scalars
+from conftest import ROOT, assert_ok, error_line, grpo_args, run_script, scalars
 from rlhf import tiny
 
 
@@ -95,7 +95,7 @@ def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_mo
 @pytest.mark.parametrize(
     "change, message",
     [
-        (("--reward_model_path", "./no_such_reward_model"), "python train_reward_model.py"),
+        (("--reward_model_path", "./no_such_reward_model"), f"`python {ROOT / 'train_reward_model.py'}` makes one"),
         (("--model_name_or_path", "./no_such_model"), "--model_name_or_path"),
         (("--dataset_name", "./missing.jsonl"), "does not exist"),
         (("--per_device_train_batch_size", "3"), "per_device_train_batch_size"),
@@ -119,7 +119,7 @@ def test_user_errors_end_in_one_line_and_exit_code_2(tiny_models, tmp_path, run_
 def test_a_user_error_in_a_new_process_is_one_line_and_exit_code_2(tiny_models, tmp_path):
     # The in-process tests above see what cli() prints; this one sees what a user's terminal shows.
     result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--reward_model_path", "./nothing"))
-    assert "python train_reward_model.py" in error_line(result)
+    assert f"`python {ROOT / 'train_reward_model.py'}` makes one" in error_line(result)  # runs from any folder
     assert not (tmp_path / "run").exists()
 
 
