@@ -245,6 +245,11 @@ class RewardArguments(RewardModelArguments):
                                "at the length limit scores the lower of this and --boxed_wrong_reward "
                                "(--reward_no_answer works too)."}
     )
+    boxed_unboxed_correct_reward: float | None = field(
+        default=None, metadata={"help": "boxed_answer: reward of an ended completion with no \\boxed{} whose last "
+                                "number is the right answer (default: none, it scores as missing). Below "
+                                "--boxed_correct_reward, it pays the box only together with a right answer."}
+    )
 
     def __post_init__(self):
         if "reward_model" not in self.reward_funcs:  # trl grpo would score with the model as well: say it is not
@@ -257,7 +262,8 @@ class RewardArguments(RewardModelArguments):
 
     @property
     def boxed_rewards(self):
-        return self.boxed_correct_reward, self.boxed_wrong_reward, self.boxed_missing_reward
+        return (self.boxed_correct_reward, self.boxed_wrong_reward, self.boxed_missing_reward,
+                self.boxed_unboxed_correct_reward)
 
 
 @dataclass

@@ -69,9 +69,9 @@ def scoring_record(rewards, weights, reward_model_dtype):
         record["reward_model"] = {"path": rewards.reward_model_name_or_path, "dtype": reward_model_dtype,
                                   "reward_model_dtype": rewards.reward_model_dtype}
     if "boxed_answer" in rewards.reward_funcs:
-        correct, wrong, missing = rewards.boxed_rewards
+        correct, wrong, missing, unboxed_correct = rewards.boxed_rewards
         record["boxed_answer"] = {"correct": correct, "wrong": wrong, "missing": missing, "timeout": wrong,
-                                  "cut_off": min(wrong, missing),
+                                  "cut_off": min(wrong, missing), "unboxed_correct": unboxed_correct,
                                   "time_limit_s": verifier.TIME_LIMIT, "max_answer_chars": verifier.MAX_ANSWER_CHARS}
     return record
 

@@ -45,15 +45,18 @@ class BoxedAnswer:
     in `timeouts`, with a warning for each batch that has one. A completion cut off at the length limit (it did not
     end: its last token is not one of `stop_token_ids`, read from the `completion_ids` that TRL passes, or `ended`)
     has no final answer yet: it scores the lower of wrong and missing, so running on never pays (a box repeated until
-    the limit would otherwise score as the answer). Its verdict stays the verifier's. A class, not a closure, so that
-    it pickles.
+    the limit would otherwise score as the answer). Its verdict stays the verifier's. With `unboxed_correct` (None:
+    off), an ended completion with no box whose last number is right (`verifier.unboxed_correct`) earns that: the
+    box then pays only together with a right answer. A class, not a closure, so that it pickles.
     """
 
     __name__ = "boxed_answer"
 
-    def __init__(self, correct=1.0, wrong=0.0, missing=0.0, time_limit=verifier.TIME_LIMIT, stop_token_ids=()):
+    def __init__(self, correct=1.0, wrong=0.0, missing=0.0, unboxed_correct=None, time_limit=verifier.TIME_LIMIT,
+                 stop_token_ids=()):
         self.rewards = {verifier.CORRECT: correct, verifier.WRONG: wrong, verifier.TIMEOUT: wrong,
                         verifier.MISSING: missing}
+        self.unboxed_correct = unboxed_correct
         self.cut_off = min(wrong, missing)
         self.time_limit = time_limit
         self.stop_token_ids = set(stop_token_ids)
@@ -78,12 +81,20 @@ class BoxedAnswer:
         if ended is None and completion_ids is not None and self.stop_token_ids:
             ended = [len(ids) > 0 and ids[-1] in self.stop_token_ids for ids in completion_ids]
         ended = ended if ended is not None else [True] * len(verdicts)
-        return [self.rewards[v] if done else self.cut_off for v, done in zip(verdicts, ended)]
+        rewards = [self.rewards[v] if done else self.cut_off for v, done in zip(verdicts, ended)]
+        if self.unboxed_correct is not None:
+            for i, (verdict, done, completion, reference) in enumerate(zip(verdicts, ended, completions, references)):
+                if done and verdict == verifier.MISSING and verifier.unboxed_correct(
+                        completion_text(completion), reference, self.time_limit):
+                    rewards[i] = self.unboxed_correct
+        return rewards
 
 
-def make_boxed_answer(correct=1.0, wrong=0.0, missing=0.0, time_limit=verifier.TIME_LIMIT, stop_token_ids=()):
-    """The `boxed_answer` reward with these rewards for a correct, wrong and missing final answer."""
-    return BoxedAnswer(correct, wrong, missing, time_limit, stop_token_ids)
+def make_boxed_answer(correct=1.0, wrong=0.0, missing=0.0, unboxed_correct=None, time_limit=verifier.TIME_LIMIT,
+                      stop_token_ids=()):
+    """The `boxed_answer` reward with these rewards for a correct, wrong and missing final answer (and, unless None,
+    for a right last number written without a box)."""
+    return BoxedAnswer(correct, wrong, missing, unboxed_correct, time_limit, stop_token_ids)
 
 
 def boxed_format(prompts, completions, **kwargs):
@@ -352,7 +363,8 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, 0.0, 
 OUTCOMES = {
     "correct": ("2 + 3 = 5. \\boxed{5}", True),
     "wrong": ("2 + 3 = 6. \\boxed{6}", True),
-    "no answer": ("2 + 3 = 5.", True),
+    "right number, no box": ("2 + 3 = 5.", True),
+    "no answer": ("I do not know.", True),
     "correct, cut off": ("2 + 3 = 5. \\boxed{5} \\boxed{5} \\boxed", False),
     "wrong, cut off": ("2 + 3 = 6. \\boxed{6} \\boxed{6} \\boxed", False),
     "no answer, cut off": ("2 + 3 = 5, and 5 is", False),

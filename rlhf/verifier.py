@@ -243,6 +243,31 @@ def call_with_time_limit(seconds, func, *args):
 # The verdict
 ################
 
+# A number as written in running text: 1,200 and 1.5 and -3, not the 2 of x2 nor the digits of a word.
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\w])")
+
+
+def last_number(text):
+    """The last number of `text` with its thousands commas dropped, or None: the answer a completion gives when it
+    writes no box (`unboxed_correct`)."""
+    numbers = NUMBER.findall(text)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+def unboxed_correct(text, reference, time_limit=TIME_LIMIT):
+    """Whether a completion that gives no boxed answer ends on the right number: its last number equals the reference
+    (as a boxed answer is judged). A credit some recipes pay below a boxed answer (`boxed_answer`'s
+    `unboxed_correct`), never a verdict: the verifier's accuracy reads boxes only."""
+    number = last_number(text)
+    reference = ground_truth_of(reference)
+    if number is None or too_costly(number) or too_costly(reference, max_chars=float("inf")):
+        return False
+    warm_up()
+    try:
+        return bool(call_with_time_limit(time_limit, _judge, [number], reference))
+    except TimeoutError:
+        return False
+
 
 def verdict(text, reference, time_limit=TIME_LIMIT):
     """CORRECT, WRONG, MISSING (no final answer) or TIMEOUT (too costly to check) for a completion's `text`."""

@@ -33,7 +33,7 @@ def test_the_seeds_grpo_names_that_mean_the_same_here_are_aliases(tmp_path):
     assert model.model_name_or_path == "my/model"
     assert (config.num_train_epochs, config.max_completion_length, config.beta, config.epsilon) == (2, 64, 0.1, 0.3)
     assert config.num_generations == 8
-    assert rewards.boxed_rewards == (2.0, -2.0, -1.0)
+    assert rewards.boxed_rewards == (2.0, -2.0, -1.0, None)
     assert grpo("--model_path", "a/b", "--group_size", "2", "--output_dir", tmp_path)[0].model_name_or_path == "a/b"
 
 

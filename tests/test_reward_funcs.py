@@ -37,8 +37,12 @@ def test_outcome_rewards_are_worked_out_from_the_package_functions():
     from rlhf.reward_funcs import outcome_rewards
 
     assert outcome_rewards(["boxed_answer"]) == {
-        "correct": 1.0, "wrong": 0.0, "no answer": 0.0, "correct, cut off": 0.0, "wrong, cut off": 0.0,
-        "no answer, cut off": 0.0}
+        "correct": 1.0, "wrong": 0.0, "right number, no box": 0.0, "no answer": 0.0, "correct, cut off": 0.0,
+        "wrong, cut off": 0.0, "no answer, cut off": 0.0}
+    # a right number written without a box, credited below a boxed one: the box pays only with a right answer
+    credited = outcome_rewards(["boxed_answer"], None, (1.0, 0.0, 0.0, 0.5))
+    assert (credited["correct"], credited["right number, no box"], credited["no answer"]) == (1.0, 0.5, 0.0)
+    assert credited["correct, cut off"] == 0.0
     # the recipe the seed-1 H200 run gamed: a boxed wrong answer (0) beat no answer (-0.5)
     old = outcome_rewards(["boxed_answer", "boxed_format"], [1, 1], (1.0, -1.0, -0.5))
     assert (old["correct"], old["wrong"], old["no answer"]) == (2.0, 0.0, -0.5)
@@ -57,6 +61,8 @@ def test_outcome_rewards_are_worked_out_from_the_package_functions():
     (["boxed_answer"], None, (1.0, 0.5, 0.0), ["box guesses"]),
     (["boxed_format"], None, (1.0, 0.0, 0.0), ["correct answer (1) earns no more than wrong", "box guesses",
                                                "not to end"]),
+    (["boxed_answer"], None, (1.0, 0.0, 0.0, 0.5), []),  # credit for a right unboxed number, below a boxed one
+    (["boxed_answer"], None, (1.0, 0.0, 0.0, 1.0), ["correct answer (1) earns no more than right number, no box"]),
 ])
 def test_reward_order_problems_name_what_a_policy_would_game(names, weights, rewards, problems):
     from rlhf.reward_funcs import check_reward_order, outcome_rewards, reward_order_problems
@@ -191,6 +197,7 @@ def test_docs_rewards_table_is_what_the_package_functions_give():
     columns = {
         "quickstart --task math: boxed_answer + boxed_format, weights 1 0": (names, weights, rewards),
         "boxed_answer alone (the defaults 1 / 0 / 0)": (["boxed_answer"], None, (1.0, 0.0, 0.0)),
+        "+ a right unboxed number 0.5": (["boxed_answer"], None, (1.0, 0.0, 0.0, 0.5)),
         "boxed_answer 1 / -1 / -0.5 (the seeds' values)": (["boxed_answer"], None, (1.0, -1.0, -0.5)),
         "gamed: + boxed_format paid, weights 1 1, 1 / -1 / -0.5": (["boxed_answer", "boxed_format"], [1.0, 1.0],
                                                                   (1.0, -1.0, -0.5)),
@@ -214,3 +221,21 @@ def test_adding_a_built_in_reward_function_is_one_registry_entry(monkeypatch):
     assert func(prompts=[None, None], completions=["Yes. Thanks.", "No."]) == [1.0, 0.0]
     # a rule-based function: what each outcome earns is worked out for it too
     assert set(reward_funcs.outcome_rewards(["boxed_answer", "ends_politely"])) == set(reward_funcs.OUTCOMES)
+
+
+def test_a_right_number_without_a_box_earns_its_credit_only_where_asked_and_only_when_ended():
+    from rlhf import verifier
+
+    assert verifier.last_number("Ada has 21 - 1 = 19 marbles left.") == "19"
+    assert verifier.last_number("It costs 1,200 dollars, or 1.5 times x2.") == "1.5"
+    assert verifier.last_number("I do not know.") is None
+    completions = ["Ada has 21 - 1 = 19 marbles left.", "Ada has 21 - 1 = 20 marbles left.", r"So \boxed{19}",
+                   r"So \boxed{20}", "I do not know.", "Ada has 21 - 1 = 19 marbles"]
+    ended = [True, True, True, True, True, False]
+    credited = make_boxed_answer(1.0, 0.0, 0.0, unboxed_correct=0.5)
+    assert credited(prompts=[None] * 6, completions=completions, ground_truth=["19"] * 6, ended=ended) == [
+        0.5, 0.0, 1.0, 0.0, 0.0, 0.0]
+    assert credited.last_verdicts[0] == "missing"  # the verdict (the accuracy) reads boxes only
+    plain = make_boxed_answer()
+    assert plain(prompts=[None] * 6, completions=completions, ground_truth=["19"] * 6, ended=ended) == [
+        0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
