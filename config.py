@@ -304,8 +304,8 @@ class RunDefaults:
         metadata={"help": "Hide NaN/inf losses in the logs (off: a non-finite loss is shown and stops the run)."},
     )
 
-    # Whether the script hands the Trainer an evaluation set (PPO's: the sample completions it logs); without one
-    # --eval_strategy fails once the models have loaded.
+    # Whether the script hands the Trainer an evaluation set; without one --eval_strategy fails once the models have
+    # loaded (the held-out evaluation, --eval_prompts, is the package's own and needs none).
     EVAL_DATASET = False
 
     def __post_init__(self):
@@ -659,7 +659,6 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     """
 
     _argument_group_name = "Training (TRL's PPOConfig and transformers' TrainingArguments)"
-    EVAL_DATASET = True
 
     output_dir: str = field(
         default="./ppo_training_output",
@@ -754,9 +753,6 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     num_train_epochs: float = field(
         default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
                                "help": "Passes over the prompts (unless total_episodes; --num_epochs works too)."}
-    )
-    num_sample_generations: int = field(
-        default=0, metadata={"help": "Print sample completions this many times during training (0: never)."}
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})

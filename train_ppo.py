@@ -88,7 +88,6 @@ def main(model_args, data_args, training_args):
         reward_model=reward_model,
         value_model=value_model,
         train_dataset=train_dataset,
-        eval_dataset=train_dataset.select(range(min(8, len(train_dataset)))),
         peft_config=peft_config(model_args),
     )
     if resume_from:

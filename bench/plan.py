@@ -46,7 +46,7 @@ def _script_and_flags(name, args, paths, cuda):
     if name.startswith("ppo"):
         return [sys.executable, str(ROOT / "train_ppo.py"), *common,
                 "--reward_model_name_or_path", paths["reward_model"],
-                "--num_sample_generations", "0", *(["--use_peft", *LORA] if lora else [])]
+                *(["--use_peft", *LORA] if lora else [])]
     grpo = [*common, "--num_generations", args.num_generations, "--temperature", "0.7", "--top_p", "0.9",
             "--beta", "0.04", "--per_device_train_batch_size", args.per_device_train_batch_size]
     # TRL's batch flags: TRL then generates once per optimizer step (steps_per_generation = accumulation steps).

@@ -38,9 +38,6 @@ class PPOConfig(TrainingArguments):
     local_rollout_forward_batch_size: int = field(
         default=64, metadata={"help": "Per rank no grad forward pass in the rollout phase."}
     )
-    num_sample_generations: int = field(
-        default=10, metadata={"help": "Number of debugging samples generations (`generate_completions` calls)."}
-    )
     response_length: int = field(default=53, metadata={"help": "Length of the response."})
     stop_token: Literal["eos"] | None = field(
         default=None, metadata={"help": "The stop token ('eos' or None); exclusive with stop_token_id."}

@@ -48,11 +48,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn as nn
 from accelerate import Accelerator
-from accelerate.utils import GradientAccumulationPlugin, gather_object
+from accelerate.utils import GradientAccumulationPlugin
 from accelerate.utils.memory import clear_device_cache
 from torch.utils.data import DataLoader
 from transformers import (
@@ -66,9 +65,8 @@ from transformers.integrations import get_reporting_integration_callbacks
 from transformers.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_callback import CallbackHandler, ExportableState, PrinterCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from transformers.utils import is_rich_available
 from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
-from trl.trainer.utils import disable_dropout_in_model, log_table_to_comet_experiment, pad
+from trl.trainer.utils import disable_dropout_in_model, pad
 
 from rlhf.kl_control import adaptive_kl_coef
 
@@ -375,7 +373,7 @@ class PPOTrainer(Trainer):
     is_distributed_loading_by_transformers = False
 
     def __init__(self, args, processing_class, model, ref_model, reward_model, train_dataset, value_model,
-                 data_collator=None, eval_dataset=None, optimizers=(None, None), callbacks=None, peft_config=None):
+                 data_collator=None, optimizers=(None, None), callbacks=None, peft_config=None):
         if ref_model is model:
             raise ValueError("`model` and `ref_model` cannot be the same object: pass a copy, or None with LoRA.")
         self.args = args
@@ -419,7 +417,6 @@ class PPOTrainer(Trainer):
         self.train_dataset_len = len(train_dataset)
         self.value_model = value_model
         self.data_collator = data_collator
-        self.eval_dataset = eval_dataset
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = None  # needed for transformers >= 4.47
 
@@ -447,8 +444,6 @@ class PPOTrainer(Trainer):
             raise ValueError(f"Per-rank minibatch size {args.local_mini_batch_size} is insufficient for whitening")
         args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)  # may train beyond total_episodes
         self.local_seed = args.seed + accelerator.process_index * 100003  # Prime
-        if args.num_sample_generations > 0:
-            self.sample_generations_freq = max(1, args.num_total_batches // args.num_sample_generations)
         self.local_dataloader_batch_size = args.local_batch_size
 
         #########
@@ -505,13 +500,6 @@ class PPOTrainer(Trainer):
         torch.manual_seed(self.local_seed)  # reset the local seed again
         self.dataloader = RecordedPasses(dataloader)  # ours: a resumed run draws its pass again
 
-        self.eval_dataloader = DataLoader(
-            self.eval_dataset,
-            batch_size=args.per_device_eval_batch_size,
-            collate_fn=self.data_collator,
-            drop_last=True,
-        )  # no need to shuffle eval dataset
-        self.eval_dataloader = accelerator.prepare(self.eval_dataloader)
 
         # Ours: reward functions in the reward model's place are scored in place, and only their reward model (if
         # any) goes through DeepSpeed or to the device.
@@ -541,9 +529,6 @@ class PPOTrainer(Trainer):
 
     def get_train_dataloader(self):
         return self.dataloader
-
-    def get_eval_dataloader(self):
-        return self.eval_dataloader
 
     # ---- The models ----
 
@@ -598,7 +583,7 @@ class PPOTrainer(Trainer):
                 yield from self.dataloader
 
         batches = passes()
-        for update in range(self._first_batch + 1, args.num_total_batches + 1):
+        for _ in range(self._first_batch, args.num_total_batches):
             self.state.episode += args.batch_size
             rollout = self._rollout(next(batches)["input_ids"].to(self.accelerator.device))
             self._advantages(rollout)
@@ -616,9 +601,6 @@ class PPOTrainer(Trainer):
             del rollout, stats
             clear_device_cache()
             gc.collect()
-            if args.num_sample_generations > 0 and (update - 1) % self.sample_generations_freq == 0:
-                self.generate_completions(sampling=True)
-                clear_device_cache()
 
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         if self.control.should_save:
@@ -847,84 +829,10 @@ class PPOTrainer(Trainer):
             ours.update(self.reward_model.recorded_metrics(gathered))
         return ours
 
-    def generate_completions(self, sampling=False):
-        """TRL's sample table: completions of the evaluation prompts, nearly greedy, printed with their scores."""
-        if self.eval_dataset is None:
-            return
-        args = self.args
-        processing_class = self.processing_class
-        generation_kwargs = {
-            "max_new_tokens": args.response_length,
-            "temperature": (0.01 + 1e-7),
-            "top_k": 0.0,
-            "top_p": 1.0,
-            "do_sample": True,
-        }
-        generation_config = GenerationConfig(**generation_kwargs)
-
-        table = defaultdict(list)
-        with (
-            self.generating_aside(),
-            unwrap_model_for_generation(
-                self.model,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
-            ) as unwrapped_model,
-        ):
-            for batch in self.eval_dataloader:
-                query = batch["input_ids"]
-                with torch.no_grad():
-                    context_length = query.shape[1]
-                    query_response, _ = batch_generation(
-                        unwrapped_model.policy,
-                        query,
-                        query.shape[0],
-                        processing_class.pad_token_id,
-                        generation_config,
-                    )
-                    response = query_response[:, context_length:]
-                    postprocessed_response = response
-                    if self.stop_token_id is not None:  # handle the edge case when stop_token_id exists but is 0
-                        postprocessed_response = truncate_response(
-                            self.stop_token_id, processing_class.pad_token_id, response
-                        )
-                    table["query"].extend(
-                        gather_object(processing_class.batch_decode(query, skip_special_tokens=True))
-                    )
-                    table["model response"].extend(
-                        gather_object(processing_class.batch_decode(postprocessed_response))
-                    )
-
-                    postprocessed_query_response = torch.cat((query, postprocessed_response), 1)
-                    score = score_completions(
-                        self.reward_model, postprocessed_query_response, processing_class.pad_token_id, context_length
-                    )
-                    table["score"].extend(self.accelerator.gather_for_metrics(score).float().cpu().numpy())
-
-                if sampling:
-                    break
-        df = pd.DataFrame(table)
-
-        if self.accelerator.is_main_process:
-            if is_rich_available():
-                _print_rich_table(df.iloc[0 : 0 + 5])
-            if "wandb" in args.report_to:
-                import wandb
-
-                if wandb.run is not None:
-                    wandb.log({"completions": wandb.Table(dataframe=df)})
-
-            if "comet_ml" in args.report_to:
-                log_table_to_comet_experiment(
-                    name="completions.csv",
-                    table=df,
-                )
-
     @contextmanager
     def generating_aside(self):
-        """Within it, what reward functions score is not logged as training (an evaluation, the sample table), and
-        torch's random state is training's again afterwards: what is sampled aside after a checkpoint is saved would
+        """Within it, what reward functions score is not logged as training (the held-out evaluation), and torch's
+        random state is training's again afterwards: what is sampled aside after a checkpoint is saved would
         otherwise move the state that a resume from that checkpoint restores, and resume would not be exact."""
         recording = getattr(self.reward_model, "recording", None)
         if recording is not None:
@@ -1149,16 +1057,3 @@ def _is_peft_model(model):
     except ImportError:
         return False
     return isinstance(model, PeftModel)
-
-
-def _print_rich_table(df):
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(show_lines=True)
-    for column in df.columns:
-        table.add_column(column)
-    for _, row in df.iterrows():
-        table.add_row(*row.astype(str).tolist())
-    console.print(table)

@@ -40,7 +40,7 @@ LENGTH_FLAGS = ("max_steps", "num_train_epochs", "total_episodes")
 MAY_CHANGE = (
     *LENGTH_FLAGS, "output_dir", "resume_from_checkpoint", "logging_steps", "logging_first_step", "logging_strategy",
     "save_steps", "save_strategy", "save_total_limit", "report_to", "run_name", "disable_tqdm", "log_level",
-    "log_level_replica", "log_completions", "num_completions_to_print", "num_sample_generations",
+    "log_level_replica", "log_completions", "num_completions_to_print",
     "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
     "bf16", "tf32", "use_cpu", "local_rank",
     "eval_prompts", "eval_completions", "eval_dataset_name", "eval_steps",  # held-out evaluation: measures only

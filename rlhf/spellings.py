@@ -22,6 +22,9 @@ KNOWN_SPELLINGS = {
     "wandb_run_name": "--run_name",
     "device": "--use_cpu to train on the CPU; a GPU is used when there is one",
     "model": "model_name_or_path: PATH (or a section model: {path: PATH})",
+    # TRL 1.12's PPOConfig fields this package's PPO does not have
+    "num_sample_generations": "TRL's sample table is not in this PPO; --eval_prompts N evaluates N held-out prompts "
+                              "at each checkpoint, with a win rate or accuracy and its interval",
 }
 
 

@@ -84,6 +84,19 @@ def test_a_batch_name_is_never_answered_with_a_flag_that_means_something_else(tm
     assert "(here: GRPO: --per_device_train_batch_size counts completions per pass" in str(error.value)
 
 
+def test_a_field_of_trls_ppo_config_that_this_ppo_does_not_have_is_answered_with_what_does_it(tmp_path):
+    """TRL 1.12's sample table (`num_sample_generations`) is cut: a flag or a TRL YAML that sets it gets one line."""
+    here = "(here: TRL's sample table is not in this PPO; --eval_prompts N evaluates N held-out prompts"
+    with pytest.raises(UserError, match="unknown flag --num_sample_generations") as error:
+        ppo("--num_sample_generations", "5", "--output_dir", tmp_path)
+    assert here in str(error.value)
+    config = tmp_path / "trl_ppo.yaml"
+    config.write_text("num_sample_generations: 10\nkl_coef: 0.05\n")
+    with pytest.raises(UserError, match="unknown key 'num_sample_generations'") as error:
+        ppo("--config", config, "--output_dir", tmp_path)
+    assert here in str(error.value)
+
+
 def test_a_yaml_reads_the_seeds_keys_and_a_nested_section_and_names_every_unknown_key_in_one_line(tmp_path, capsys,
                                                                                                 monkeypatch):
     monkeypatch.setattr("config._check_report_to", lambda report_to: None)  # wandb is not installed here

@@ -155,11 +155,11 @@ RESUMED_IN_A_LATER_PASS = {
     "ppo": ("train_ppo.py", 3, lambda models, out, steps: ppo_args(
         models, out, "--total_episodes", 4 * steps, "--max_samples", "8", "--prompts_per_rollout", "4",
         "--num_ppo_epochs", "2", "--target_kl", "0.001", "--kl_horizon", "10", "--learning_rate", "1e-3")),
-    # TRL's sample table after every rollout: it samples aside after each checkpoint is saved (41 of 41 tensors
-    # differed when that moved torch's random state).
-    "ppo-samples": ("train_ppo.py", 2, lambda models, out, steps: ppo_args(
+    # The held-out evaluation at every checkpoint: it samples aside after each checkpoint is saved (TRL's sample
+    # table did the same, and 41 of 41 tensors differed when that moved torch's random state).
+    "ppo-heldout": ("train_ppo.py", 2, lambda models, out, steps: ppo_args(
         models, out, "--total_episodes", 4 * steps, "--max_samples", "8", "--prompts_per_rollout", "4",
-        "--num_sample_generations", steps, "--learning_rate", "1e-3")),
+        "--eval_prompts", "2", "--learning_rate", "1e-3")),
     "ppo-lora": ("train_ppo.py", 3, lambda models, out, steps: ppo_args(
         models, out, "--total_episodes", 2 * steps, "--max_samples", "4", "--use_lora", "--learning_rate", "1e-3")),
     # 8 pairs, 2 held out: 6 trained on in steps of 2 pairs, 3 steps per pass.

@@ -52,8 +52,8 @@ def tiny_ppo(tiny_models, tmp_path, trainer_class=None, lora=False, **config):
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
     prompts = Dataset.from_dict({"input_ids": [[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20]]})
     config = {"num_ppo_epochs": 1, "total_episodes": 4, **config}
-    args = PPOConfig(output_dir=str(tmp_path / "out"), response_length=4, stop_token="eos", num_sample_generations=0,
-                     bf16=False, gradient_checkpointing=False, report_to=[], seed=0, **config)
+    args = PPOConfig(output_dir=str(tmp_path / "out"), response_length=4, stop_token="eos", bf16=False,
+                     gradient_checkpointing=False, report_to=[], seed=0, **config)
     peft_config = None
     if lora:
         from peft import LoraConfig
@@ -64,7 +64,7 @@ def tiny_ppo(tiny_models, tmp_path, trainer_class=None, lora=False, **config):
         ref_model=None if lora else AutoModelForCausalLM.from_pretrained(tiny_models["policy"]),
         reward_model=AutoModelForSequenceClassification.from_pretrained(tiny_models["reward_model"]),
         value_model=AutoModelForSequenceClassification.from_pretrained(tiny_models["reward_model"]),
-        train_dataset=prompts, eval_dataset=prompts, peft_config=peft_config,
+        train_dataset=prompts, peft_config=peft_config,
     )
 
 
