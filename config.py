@@ -756,14 +756,14 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})
-    # TRL's names of fields given above under the names every script shares: set from them, not flags themselves.
+    # TRL's name of a field given above under the name every script shares: set from it, not a flag itself.
     response_length: int = field(default=256, init=False)
-    reward_model_path: str = field(default="./reward_model_output", init=False)
-    sft_model_path: str = field(default="", init=False)  # the policy is PPOModelArguments.model_name_or_path
 
     def __post_init__(self):
         self.response_length = self.max_completion_length  # what TRL's PPOTrainer generates to
-        self.reward_model_path = self.reward_model_name_or_path
+        if self.push_to_hub:  # TRL's PPO pushed through transformers' Trainer, which ours is not (saving is its own)
+            raise ValueError("--push_to_hub is not supported by train_ppo.py; upload the output folder once it has "
+                             "trained: huggingface-cli upload NAME ./ppo_training_output (or your --output_dir).")
         if self.target_kl is not None and self.target_kl <= 0:
             raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
         if self.kl_coef < 0:

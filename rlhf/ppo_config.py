@@ -30,9 +30,6 @@ class PPOConfig(TrainingArguments):
     )
     learning_rate: float = field(default=3e-6, metadata={"help": "The initial learning rate for AdamW."})
     # PPO's
-    dataset_num_proc: int | None = field(
-        default=None, metadata={"help": "Number of processes to use for processing the dataset."}
-    )
     num_mini_batches: int = field(default=1, metadata={"help": "Number of minibatches to split a batch into."})
     total_episodes: int | None = field(default=None, metadata={"help": "Total number of episodes in the dataset."})
     local_rollout_forward_batch_size: int = field(
@@ -49,23 +46,12 @@ class PPOConfig(TrainingArguments):
     missing_eos_penalty: float | None = field(
         default=None, metadata={"help": "Subtracted from the score of a completion without an EOS token."}
     )
-    sft_model_path: str = field(default="EleutherAI/pythia-160m", metadata={"help": "Path to the SFT model."})
     # computed by the trainer (ours: not flags; TRL's took them and overwrote them unsaid)
     world_size: int | None = field(default=None, init=False)  # processes
     num_total_batches: int | None = field(default=None, init=False)  # rollouts
-    micro_batch_size: int | None = field(default=None, init=False)  # per_device_train_batch_size x world_size
     local_batch_size: int | None = field(default=None, init=False)  # prompts per rollout, per process
     batch_size: int | None = field(default=None, init=False)  # prompts per rollout, over all processes
     local_mini_batch_size: int | None = field(default=None, init=False)  # prompts per optimizer step, per process
-    mini_batch_size: int | None = field(default=None, init=False)  # prompts per optimizer step, over all processes
-    push_to_hub: bool = field(default=False, metadata={"help": "Whether to push the model to the Hub after training."})
-    reward_model_path: str = field(default="EleutherAI/pythia-160m", metadata={"help": "Path to the reward model."})
-    model_adapter_name: str | None = field(
-        default=None, metadata={"help": "Name of the trained PEFT adapter, with several LoRA adapters."}
-    )
-    ref_adapter_name: str | None = field(
-        default=None, metadata={"help": "Name of the reference PEFT adapter, with several LoRA adapters."}
-    )
     num_ppo_epochs: int = field(default=4, metadata={"help": "Number of epochs to train."})
     whiten_rewards: bool = field(default=False, metadata={"help": "Whether to whiten the rewards."})
     kl_coef: float = field(default=0.05, metadata={"help": "KL coefficient."})

@@ -406,8 +406,6 @@ class PPOTrainer(Trainer):
             if args.bf16 and getattr(self.policy_model, "is_loaded_in_4bit", False):
                 peft_module_casting_to_bf16(self.policy_model)
         self.is_peft_model = peft_config is not None or _is_peft_model(self.policy_model)
-        self.model_adapter_name = args.model_adapter_name
-        self.ref_adapter_name = args.ref_adapter_name
         if ref_model is None and not self.is_peft_model:
             raise ValueError("No reference model, and the policy has no adapter to disable: pass `ref_model`.")
         self.ref_model = ref_model
@@ -437,9 +435,7 @@ class PPOTrainer(Trainer):
         args.world_size = accelerator.num_processes
         args.local_mini_batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps
         args.local_batch_size = args.local_mini_batch_size * args.num_mini_batches
-        args.micro_batch_size = int(args.per_device_train_batch_size * args.world_size)
         args.batch_size = int(args.local_batch_size * args.world_size)
-        args.mini_batch_size = args.local_mini_batch_size * args.world_size
         if args.whiten_rewards and args.local_mini_batch_size < 8:
             raise ValueError(f"Per-rank minibatch size {args.local_mini_batch_size} is insufficient for whitening")
         args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)  # may train beyond total_episodes
@@ -474,9 +470,7 @@ class PPOTrainer(Trainer):
         self.hp_search_backend = None
         self.is_deepspeed_enabled = getattr(self.accelerator.state, "deepspeed_plugin", None) is not None
         self.is_fsdp_enabled = getattr(self.accelerator.state, "fsdp_plugin", None) is not None
-        self.hub_model_id = None
-        if self.args.push_to_hub:
-            self.init_hf_repo()
+        self.hub_model_id = None  # ours: no push to the Hub (--push_to_hub is refused: config.PPOTrainingConfig)
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
 
@@ -543,17 +537,13 @@ class PPOTrainer(Trainer):
 
     @contextmanager
     def null_ref_context(self):
-        """With LoRA, the reference: the policy with its adapter disabled (or the reference adapter set).
+        """With LoRA, the reference: the policy with its adapter disabled.
 
         Ours: the policy is taken out of DDP's wrapper (TRL read `.policy` through it: AttributeError at the first
         rollout of a multi-process LoRA run)."""
         policy = self.trained_policy
-        with policy.disable_adapter() if self.is_peft_model and not self.ref_adapter_name else nullcontext():
-            if self.ref_adapter_name:
-                policy.set_adapter(self.ref_adapter_name)
+        with policy.disable_adapter() if self.is_peft_model else nullcontext():
             yield policy
-            if self.ref_adapter_name:
-                policy.set_adapter(self.model_adapter_name or "default")
 
     # ---- Training ----
 

@@ -25,6 +25,10 @@ KNOWN_SPELLINGS = {
     # TRL 1.12's PPOConfig fields this package's PPO does not have
     "num_sample_generations": "TRL's sample table is not in this PPO; --eval_prompts N evaluates N held-out prompts "
                               "at each checkpoint, with a win rate or accuracy and its interval",
+    "dataset_num_proc": "not used: the prompts are tokenized once, in one process",
+    "model_adapter_name": "not in this PPO: with --use_peft the policy has one adapter, and the reference is the "
+                          "policy with it disabled",
+    "ref_adapter_name": "not in this PPO: with --use_peft the reference is the policy with its adapter disabled",
 }
 
 
