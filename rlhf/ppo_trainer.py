@@ -15,7 +15,7 @@
 """PPO, the package's own: TRL 1.12.0's `PPOTrainer`, copied once and made ours.
 
 Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0): `trl/experimental/ppo/ppo_trainer.py` (the trainer, `generate`,
-`batch_generation`, `truncate_response`, `forward`, `masked_mean/var/whiten`, `PolicyAndValueWrapper`,
+`batch_generation`, `truncate_response`, `forward`, `masked_mean/whiten`, `PolicyAndValueWrapper`,
 `OnlineTrainerState`), `trl/experimental/utils.py` (`get_reward`, `first_true_indices`, `peft_module_casting_to_bf16`)
 and `trl/trainer/utils.py` (`selective_log_softmax`, as 1.12 has it; 1.16's may take a fused kernel). TRL 1.13 removed
 PPO (huggingface/trl#7020); `rlhf/ppo_config.py` holds the copied `PPOConfig`. What TRL still ships for every trainer
@@ -29,7 +29,11 @@ Changed from TRL's (each marked "ours:" where it happens):
 - reward functions in the reward model's place (an object with `score_completions`, see `rlhf.ppo.PPORewards`);
 - a rollout whose scores are all equal trained on with advantages of 0 (`skip_rollouts_without_signal`);
 - adaptive KL (`target_kl`), completion lengths and each reward function in the logs;
-- checkpoints that hold the value model, the KL coefficient and the data order, and `resume()` from one.
+- checkpoints that hold the value model, the KL coefficient and the data order, and `resume()` from one;
+- the advantages (and rewards) whitened with the whole rollout's statistics, every process's; a rollout without
+  signal spends no learning-rate step;
+- the maths as pure functions, `train()` a loop of four phases; TRL's sample table, multi-adapter reference and
+  push to the Hub left out.
 
 One rollout, top to bottom, is `train()`: generate, score, KL penalty, GAE, whitening, clipped losses.
 """
