@@ -80,9 +80,8 @@ def _one_process_launch():
                      if part == "launch" or part.endswith("accelerate.commands.launch")), None)
     if launcher is None:
         return None
-    options = command[launcher + 1:]
-    options = options[:next((i for i, part in enumerate(options) if part.endswith(".py")), len(options))]  # not the
-    # script's own flags
+    options = command[launcher + 1:]  # the launcher's options: up to the script, whose own flags follow it
+    options = options[:next((i for i, part in enumerate(options) if part.endswith(".py")), len(options))]
 
     def option(*names):
         for i, part in enumerate(options):

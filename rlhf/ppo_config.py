@@ -19,8 +19,9 @@ class PPOConfig(TrainingArguments):
 
     # transformers' fields with TRL's defaults (TRL's _BaseConfig); "%%": argparse formats help strings
     logging_steps: float = field(default=10, metadata={"help": "Log every X updates steps (below 1: a ratio)."})
-    gradient_checkpointing: bool = field(
-        default=True, metadata={"help": "Recompute activations in the backward pass: less memory, ~20%% slower."}
+    gradient_checkpointing: bool = field(  # ours: off by default (TRL's was on, and never applied)
+        default=False, metadata={"help": "Recompute the policy's and value model's activations in the backward pass: "
+                                 "less memory, slower."}
     )
     bf16: bool | None = field(
         default=None, metadata={"help": "bf16 (mixed) precision instead of 32-bit. Default: on unless fp16 is set."}

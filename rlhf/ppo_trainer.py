@@ -335,11 +335,15 @@ class PolicyAndValueWrapper(nn.Module):
         self.is_gradient_checkpointing = policy.is_gradient_checkpointing
 
     def gradient_checkpointing_enable(self, **kwargs):
+        """Both trained models recompute their activations in the backward pass (ours: TRL's wrapper, the policy
+        alone, and its PPO never called it)."""
         self.policy.gradient_checkpointing_enable(**kwargs)
+        self.value_model.gradient_checkpointing_enable(**kwargs)
         self.is_gradient_checkpointing = True
 
     def gradient_checkpointing_disable(self):
         self.policy.gradient_checkpointing_disable()
+        self.value_model.gradient_checkpointing_disable()
         self.is_gradient_checkpointing = False
 
     def forward(self, **kwargs):
@@ -453,6 +457,11 @@ class PPOTrainer(Trainer):
             if module is not None:
                 disable_dropout_in_model(module)
         self.model = PolicyAndValueWrapper(self.policy_model, self.value_model)
+        # Ours: --gradient_checkpointing is honoured (TRL's PPO took the flag and never applied it); generation turns
+        # it off and back on (trl's unwrap_model_for_generation), where it would only slow decoding down.
+        self.gradient_checkpointing_kwargs = args.gradient_checkpointing_kwargs or {"use_reentrant": False}
+        if args.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs)
         self.model.config = self.policy_model.config  # needed for pushing to hub
         # the scheduler steps once per rollout (in train()), not per optimizer step
         self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
@@ -614,6 +623,7 @@ class PPOTrainer(Trainer):
         with unwrap_model_for_generation(
             self.model, self.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
             generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
+            gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs,  # what it turns back on after
         ) as unwrapped_model:
             query_responses, logitss = batch_generation(unwrapped_model.policy, queries,
                                                         args.local_rollout_forward_batch_size, pad,

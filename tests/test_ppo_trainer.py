@@ -51,9 +51,9 @@ def tiny_ppo(tiny_models, tmp_path, trainer_class=None, lora=False, **config):
     trainer_class = trainer_class or PPOTrainer
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
     prompts = Dataset.from_dict({"input_ids": [[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20]]})
-    config = {"num_ppo_epochs": 1, "total_episodes": 4, **config}
+    config = {"num_ppo_epochs": 1, "total_episodes": 4, "gradient_checkpointing": False, **config}
     args = PPOConfig(output_dir=str(tmp_path / "out"), response_length=4, stop_token="eos", bf16=False,
-                     gradient_checkpointing=False, report_to=[], seed=0, **config)
+                     report_to=[], seed=0, **config)
     peft_config = None
     if lora:
         from peft import LoraConfig
@@ -486,3 +486,24 @@ def test_masked_whiten_with_totals_uses_the_statistics_of_every_process():
     alone = masked_whiten(flat, mask)  # TRL's: the flat slice whitened by itself
     assert alone[mask].std() == pytest.approx(1.0, rel=1e-3)
     assert pieces[0][mask].std() < 0.05
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_gradient_checkpointing_is_applied_to_both_trained_models_and_changes_no_number(tiny_models, tmp_path, lora):
+    """TRL's PPO took --gradient_checkpointing and never applied it. Applied, it recomputes activations in the
+    backward pass (less memory), generation turns it off and back on, and the weights come out the same."""
+    import torch
+    from transformers import set_seed
+
+    weights = {}
+    for checkpointing in (False, True):
+        set_seed(0)
+        trainer = tiny_ppo(tiny_models, tmp_path / str(checkpointing), lora=lora, gradient_checkpointing=checkpointing,
+                           per_device_train_batch_size=2, learning_rate=1e-3)
+        assert trainer.trained_policy.is_gradient_checkpointing == checkpointing
+        assert trainer.trained_value_model.is_gradient_checkpointing == checkpointing
+        trainer.train()
+        assert trainer.trained_policy.is_gradient_checkpointing == checkpointing  # back on after each generation
+        weights[checkpointing] = [p.detach().clone() for model in (trainer.trained_policy, trainer.trained_value_model)
+                                  for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(weights[False], weights[True]))  # the same operations, recomputed
