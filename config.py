@@ -10,12 +10,13 @@ parsing, before these classes are built.
 """
 
 from dataclasses import dataclass, field
+from typing import Literal
 
+from transformers import TrainingArguments
 from trl import ModelConfig, ScriptArguments
 
 from rlhf.cli import change, note
 from rlhf.models import DEFAULT_LORA_TARGETS
-from rlhf.ppo_config import PPOConfig
 from rlhf.processes import launched_engine, launched_processes, on_gpu
 from rlhf.trl_compat import GRPOConfig, RewardConfig
 
@@ -650,15 +651,18 @@ class PPOModelArguments(ModelArguments):
 
 
 @dataclass
-class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfig):
-    """TRL 1.12's `PPOConfig` (copied: `rlhf/ppo_config.py`) with this package's defaults.
+class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, TrainingArguments):
+    """What `rlhf.ppo_trainer.PPOTrainer` reads: TRL 1.12's `PPOConfig` (huggingface/trl, Apache-2.0, copied with its
+    trainer when TRL 1.13 removed both), its fields declared here once with this package's defaults, on
+    transformers' `TrainingArguments`. TRL's fields this PPO does not have are answered in one line
+    (`rlhf.spellings.KNOWN_SPELLINGS`).
 
     A rollout (TRL's batch, one logged step) generates `prompts_per_rollout` completions, one per prompt, then runs
     `num_ppo_epochs` passes over them in mini-batches of `per_device_train_batch_size x gradient_accumulation_steps
     x processes` prompts: one optimizer step each. Bigger rollouts batch generation; the update size stays.
     """
 
-    _argument_group_name = "Training (TRL's PPOConfig and transformers' TrainingArguments)"
+    _argument_group_name = "Training (PPO, TRL 1.12's PPOConfig, and transformers' TrainingArguments)"
 
     output_dir: str = field(
         default="./ppo_training_output",
@@ -689,6 +693,9 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
         default=None,
         metadata={"help": "Mini-batches (optimizer steps) per rollout. Default: derived from --prompts_per_rollout."},
     )
+    total_episodes: int | None = field(
+        default=None, metadata={"help": "Prompts trained on in all (default: --num_train_epochs passes over them)."}
+    )
     local_rollout_forward_batch_size: int = field(
         default=16,
         metadata={
@@ -715,12 +722,20 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     kl_horizon: int = field(
         default=10_000, metadata={"help": "Adaptive KL horizon in episodes: larger adapts more slowly."}
     )
+    kl_estimator: Literal["k1", "k3"] = field(
+        default="k1", metadata={"help": "KL estimator: k1 (unbiased) or k3 (unbiased, lower variance, never < 0)."}
+    )
     gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
     lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    whiten_rewards: bool = field(
+        default=False, metadata={"help": "Whiten the per-token rewards over the rollout (every process's) before GAE."}
+    )
     cliprange: float = field(
         default=0.2, metadata={"aliases": ["--clip_range", "--clip-range"],
                                "help": "Clip range of the policy ratio (--clip_range works too)."}
     )
+    vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss beside the policy loss."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the value prediction."})
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(
@@ -747,6 +762,9 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
                   "too)."},
     )
     stop_token: str | None = field(default="eos", metadata={"help": "Completions end at the EOS token."})
+    stop_token_id: int | None = field(
+        default=None, metadata={"help": "A stop token by id instead (exclusive with --stop_token)."}
+    )
     missing_eos_penalty: float | None = field(
         default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before EOS."}
     )
@@ -756,8 +774,25 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, PPOConfi
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})
+    gradient_checkpointing: bool = field(  # TRL's PPOConfig: on, and never applied
+        default=False, metadata={"help": "Recompute the policy's and value model's activations in the backward pass: "
+                                 "less memory, slower, the same numbers."}
+    )
+    lr_scheduler_kwargs: dict | str | None = field(
+        default=None, metadata={"help": "Additional parameters for the lr_scheduler, e.g. {'num_cycles': 1}."}
+    )
+    ds3_gather_for_generation: bool = field(
+        default=True,
+        metadata={"help": "DeepSpeed ZeRO-3: gather the policy's weights for generation (faster; off: less memory)."},
+    )
     # TRL's name of a field given above under the name every script shares: set from it, not a flag itself.
     response_length: int = field(default=256, init=False)
+    # Computed by the trainer from the batch flags (TRL's took them as flags and overwrote them unsaid).
+    world_size: int | None = field(default=None, init=False)  # processes
+    num_total_batches: int | None = field(default=None, init=False)  # rollouts
+    local_batch_size: int | None = field(default=None, init=False)  # prompts per rollout, per process
+    batch_size: int | None = field(default=None, init=False)  # prompts per rollout, over all processes
+    local_mini_batch_size: int | None = field(default=None, init=False)  # prompts per optimizer step, per process
 
     def __post_init__(self):
         self.response_length = self.max_completion_length  # what TRL's PPOTrainer generates to

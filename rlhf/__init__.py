@@ -22,7 +22,6 @@ manifest          run_manifest.json: what produced an output folder
 metrics           the TensorBoard reader, GRPO/PPO tags onto common columns
 models            tokenizers and policies, LoRA/QLoRA settings, dtypes
 ppo               around PPO's trainer: the models loaded, the tokenizer check, reward functions as its reward
-ppo_config        PPOConfig, copied from TRL 1.12 (config.PPOTrainingConfig gives it this package's defaults)
 ppo_trainer       PPO, the package's own (TRL 1.12's PPOTrainer copied and edited): one rollout top to bottom
 preflight         each script's checks before any weights load, one call per script
 processes         which process this is in a launch, and whether it trains on a GPU

@@ -18,8 +18,9 @@ Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0): `trl/experimental/ppo/ppo_
 `batch_generation`, `truncate_response`, `forward`, `masked_mean/whiten`, `PolicyAndValueWrapper`,
 `OnlineTrainerState`), `trl/experimental/utils.py` (`get_reward`, `first_true_indices`, `peft_module_casting_to_bf16`)
 and `trl/trainer/utils.py` (`selective_log_softmax`, as 1.12 has it; 1.16's may take a fused kernel). TRL 1.13 removed
-PPO (huggingface/trl#7020); `rlhf/ppo_config.py` holds the copied `PPOConfig`. What TRL still ships for every trainer
-(`prepare_deepspeed`, `unwrap_model_for_generation`, `pad`, `disable_dropout_in_model`, the model card) is imported.
+PPO (huggingface/trl#7020); its `PPOConfig`'s fields are declared once in `config.PPOTrainingConfig`. What TRL still
+ships for every trainer (`prepare_deepspeed`, `unwrap_model_for_generation`, `pad`, `disable_dropout_in_model`, the
+model card) is imported.
 
 Changed from TRL's (each marked "ours:" where it happens):
 - one optimizer step per mini-batch of a rollout, also for the rollout that ends a pass over the prompts and under
@@ -355,8 +356,9 @@ class PolicyAndValueWrapper(nn.Module):
 class PPOTrainer(Trainer):
     """Proximal Policy Optimization (Schulman et al. 2017) as in Ziegler et al. 2019: a policy and a value model
     trained together on rollouts scored by a frozen reward model (or reward functions), with a KL penalty toward a
-    frozen reference. `args` is a `rlhf.ppo_config.PPOConfig`. With a LoRA `peft_config`, `ref_model` is None and the
-    reference is the policy with its adapter off.
+    frozen reference. `args` is a `config.PPOTrainingConfig` (any object with its fields: the package imports nothing
+    from the top level). With a LoRA `peft_config`, `ref_model` is None and the reference is the policy with its
+    adapter off.
 
     Like TRL's, it uses transformers' `Trainer` for its optimizer, scheduler, callbacks, logging and saving, but not
     its `__init__` or training loop.
