@@ -9,12 +9,12 @@
 and PPO against it, then base vs GRPO vs PPO on prompts of the 80 held-out pairs: win rate under the reward model with
 a 95% interval. --task math: GRPO and PPO with the boxed_answer verifier (only a right answer that ends pays;
 boxed_format logged) on data/math_train.jsonl, no reward model, then base vs GRPO vs PPO on held-out problems of
-data/math_test.jsonl: format rate and verifier accuracy (95% interval) and each accuracy gain (paired 95%
-interval). GRPO and PPO also evaluate held-out prompts at each checkpoint while they train (--eval_prompts): the
-summary shows that curve, and any health alarm of the run's run_report.json. Each stage runs the package's own script as a subprocess and prints the command first, so you can
-re-run or change any stage by hand. Re-running continues: a finished stage has nothing to do, an interrupted one
-resumes. A stage keeps its checkpoint (weights and optimizer state) only until it finishes (it is only needed to
-resume), so the reward-model task leaves about 2.2 GB and the math task about 1.6 GB.
+data/math_test.jsonl: format rate and verifier accuracy (95% interval) and each accuracy gain (paired 95% interval).
+GRPO and PPO also evaluate held-out prompts at each checkpoint while they train (--eval_prompts): the summary shows
+that curve, and any health alarm of the run's run_report.json. Each stage runs the package's own script as a subprocess
+and prints the command first, so you can re-run or change any stage by hand. Re-running continues: a finished stage has
+nothing to do, an interrupted one resumes. A stage keeps its checkpoint (weights and optimizer state) only until it
+finishes (it is only needed to resume), so the reward-model task leaves about 2.2 GB and the math task about 1.6 GB.
 """
 
 import argparse
