@@ -774,9 +774,9 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})
-    gradient_checkpointing: bool = field(  # TRL's PPOConfig: on, and never applied
-        default=False, metadata={"help": "Recompute the policy's and value model's activations in the backward pass: "
-                                 "less memory, slower, the same numbers."}
+    gradient_checkpointing: bool = field(  # TRL's PPOConfig had it on, and never applied it
+        default=True, metadata={"help": "Recompute the policy's and value model's activations in the backward pass: "
+                                "less memory, the same numbers (--no_gradient_checkpointing: off)."}
     )
     lr_scheduler_kwargs: dict | str | None = field(
         default=None, metadata={"help": "Additional parameters for the lr_scheduler, e.g. {'num_cycles': 1}."}

@@ -120,9 +120,6 @@ MOVED_DEFAULTS = {
     # TRL 1.16: None, the model's own coefficient, was 0.001 in 1.12; it weighs the router's loss of a
     # mixture-of-experts model, and TRL 1.16 refuses any value for another model.
     "router_aux_loss_coef": (0.001, None),
-    # PPO's: on in TRL's PPOConfig and never applied; now applied and off by default. It recomputes the same numbers
-    # (tests/test_ppo_trainer.py: the same weights, bit for bit), so a run recorded with the old default goes on.
-    "gradient_checkpointing": (True, False),
 }
 
 # What a run started on another TRL release trains differently from here on, by trainer (its config's class).

@@ -40,10 +40,10 @@ def tiny_hooks(tiny_models, tmp_path, **config):
 
 
 # TRL 1.12's PPOConfig defaults where this package's differ: the tests below were worked out on them (the golden run's
-# figures among them), and keep them.
+# figures among them), and keep them. (TRL's gradient checkpointing was on and never applied: off.)
 TRL_PPO_DEFAULTS = {"learning_rate": 3e-6, "local_rollout_forward_batch_size": 64, "missing_eos_penalty": None,
                     "skip_rollouts_without_signal": False, "logging_steps": 10, "save_steps": 500,
-                    "per_device_train_batch_size": 8}
+                    "per_device_train_batch_size": 8, "gradient_checkpointing": False}
 
 
 def tiny_ppo(tiny_models, tmp_path, trainer_class=None, lora=False, **config):

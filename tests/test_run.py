@@ -106,21 +106,6 @@ def test_a_run_started_on_trl_1_12_resumes_here_and_the_launch_says_what_changes
         prepare_output_dir(tmp_path, [GRPOTrainingConfig(router_aux_loss_coef=0.01)])  # a value given is compared
 
 
-@dataclass
-class PPOTrainingConfig:
-    """A stand-in for the PPO config: gradient checkpointing, on in TRL's PPOConfig and never applied, now off."""
-
-    total_episodes: int = 64
-    gradient_checkpointing: bool = False
-
-
-def test_a_ppo_run_recorded_with_trls_unapplied_gradient_checkpointing_resumes(tmp_path):
-    record_launch(tmp_path, "train_ppo.py", [PPOTrainingConfig(gradient_checkpointing=True)])
-    checkpoint = make_checkpoint(tmp_path, 2)
-    launch = prepare_output_dir(tmp_path, [PPOTrainingConfig()])
-    assert launch.checkpoint == checkpoint and launch.changes == {}
-
-
 def test_a_run_that_never_saved_a_checkpoint_starts_afresh_with_any_settings(tmp_path):
     record_launch(tmp_path, "train_grpo.py", [Settings()])  # e.g. it stopped on a typo before step 1
     assert prepare_output_dir(tmp_path, [Settings(learning_rate=1e-3)]).checkpoint is None
