@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlhf.bundled import MATH_TEST, MATH_TRAIN, PREFERENCES
+from rlhf.bundled import MATH_TEST, MATH_TRAIN, PREFERENCES, printed_command, script
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
 from rlhf.lock import lock_output_dir
@@ -119,7 +119,7 @@ def run_stage(name, command, timings, folder=None):
     """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints."""
     from rlhf.manifest import read_manifest
 
-    print(f"\n=== {name} ===\n$ {printed(ROOT / command[0], *command[1:])}", flush=True)  # runs as printed
+    print(f"\n=== {name} ===\n$ {script(command[0], *command[1:])}", flush=True)  # runs as printed
     earlier_run = folder is not None and bool(read_manifest(folder))
     start = time.perf_counter()
     stage = subprocess.Popen([sys.executable, *map(str, command)], cwd=ROOT)
@@ -149,13 +149,7 @@ def run_stage(name, command, timings, folder=None):
 
 
 def rerun():
-    return printed(Path(sys.argv[0]).resolve(), *sys.argv[1:])
-
-
-def printed(script, *args):
-    """A command as the quickstart prints it: it runs as printed, from any folder (the script by absolute path, each
-    argument quoted where a shell would split it)."""
-    return " ".join(["python", *(quoted(arg) for arg in [script, *args])])
+    return printed_command(Path(sys.argv[0]).resolve(), *sys.argv[1:])
 
 
 def drop_checkpoints(name, folder):
@@ -280,8 +274,8 @@ def cli(args=None):
         common += ["--reward_model_name_or_path", reward]
         data = ["--reward_model_name_or_path", reward, "--dataset_name", PREFERENCES, "--train_samples",
                 PREFERENCE_TRAIN_ROWS]
-    for name, script, folder in (("GRPO", "train_grpo.py", out / "grpo"), ("PPO", "train_ppo.py", out / "ppo")):
-        run_stage(name, [script, *common, "--output_dir", folder, *settings[name.lower()],
+    for name, stage_script, folder in (("GRPO", "train_grpo.py", out / "grpo"), ("PPO", "train_ppo.py", out / "ppo")):
+        run_stage(name, [stage_script, *common, "--output_dir", folder, *settings[name.lower()],
                          *settings[f"{name.lower()}_eval"]], timings, folder)
 
     evaluation = out / "evaluation.json"
@@ -296,12 +290,6 @@ def cli(args=None):
     summarize(out, args, evaluation, timings, trained, base)
 
 
-def quoted(value):
-    """One argument of a printed command, quoted where a shell (bash, PowerShell, cmd) would split it."""
-    text = str(value)
-    return f'"{text}"' if not text or any(c in text for c in ' \t"\'&|<>()[]{};$`*?!#^%') else text
-
-
 def next_command(out, task, base):
     """What to run after the quickstart, as it runs from any folder and offline: a run of one's own on the same task,
     on the same model and data, every path absolute (docs/training.md, docs/rewards.md)."""
@@ -313,7 +301,7 @@ def next_command(out, task, base):
         args = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--reward_model_name_or_path",
                 out / "reward_model", "--output_dir", out.parent / "grpo_run"]
         where = "flags: docs/training.md; the curves: python plot_training_progress.py"
-    return f"{printed(ROOT / 'train_grpo.py', *args)}   ({where})"
+    return f"{script('train_grpo.py', *args)}   ({where})"
 
 
 def summarize(out, args, evaluation, timings, trained, base):

@@ -39,10 +39,21 @@ PREFERENCES = DATA / "preferences.jsonl"
 MATH_TRAIN, MATH_TEST = DATA / "math_train.jsonl", DATA / "math_test.jsonl"
 
 
+def printed_command(script, *args):
+    """A command as the package prints it: it runs as printed, from any folder (`script` by absolute path, each
+    argument quoted where a shell would split it)."""
+    return " ".join(["python", *(_quoted(arg) for arg in [script, *args])])
+
+
 def script(name, *args):
-    """A command that runs one of the package's scripts, as printed from any folder: `python /abs/path/name args`."""
-    path = str(ROOT / name)
-    return " ".join(["python", f'"{path}"' if " " in path else path, *map(str, args)])
+    """The command that runs one of the package's scripts (`name`, e.g. train_grpo.py), as printed from any folder."""
+    return printed_command(ROOT / name, *args)
+
+
+def _quoted(value):
+    """One argument of a printed command, quoted where a shell (bash, PowerShell, cmd) would split it."""
+    text = str(value)
+    return f'"{text}"' if not text or any(c in text for c in ' \t"\'&|<>()[]{};$`*?!#^%') else text
 
 
 def is_bundled(name_or_path):
