@@ -259,21 +259,17 @@ def unboxed_correct(text, reference, time_limit=TIME_LIMIT):
     (as a boxed answer is judged). A credit some recipes pay below a boxed answer (`boxed_answer`'s
     `unboxed_correct`), never a verdict: the verifier's accuracy reads boxes only."""
     number = last_number(text)
-    reference = ground_truth_of(reference)
-    if number is None or too_costly(number) or too_costly(reference, max_chars=float("inf")):
-        return False
-    warm_up()
-    try:
-        return bool(call_with_time_limit(time_limit, _judge, [number], reference))
-    except TimeoutError:
-        return False
+    return number is not None and _judged([number], reference, time_limit) == CORRECT
 
 
 def verdict(text, reference, time_limit=TIME_LIMIT):
     """CORRECT, WRONG, MISSING (no final answer) or TIMEOUT (too costly to check) for a completion's `text`."""
     answers = final_answer(text)
-    if answers is None:
-        return MISSING
+    return MISSING if answers is None else _judged(answers, reference, time_limit)
+
+
+def _judged(answers, reference, time_limit):
+    """CORRECT, WRONG or TIMEOUT for a final answer (`final_answer`'s list) against a row's reference."""
     reference = ground_truth_of(reference)
     if any(too_costly(answer) for answer in answers) or too_costly(reference, max_chars=float("inf")):
         return TIMEOUT
