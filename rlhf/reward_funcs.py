@@ -122,7 +122,9 @@ def _file_and_function(path):
 def _import_file(file, path):
     """The module in the Python file `file` (named in --reward_funcs as `path`), imported under its file's stem."""
     if not file.is_file():
-        raise UserError(f"reward function '{path}': {file} is not a file{did_you_mean_file(file)}; give "
+        from rlhf.data import did_you_mean_path
+
+        raise UserError(f"reward function '{path}': {file} is not a file{did_you_mean_path(file)}; give "
                         "path/to/file.py:function, the path from the current folder or absolute")
     loaded = sys.modules.get(file.stem)
     if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == file.resolve():
@@ -132,15 +134,6 @@ def _import_file(file, path):
     spec.loader.exec_module(module)
     sys.modules.setdefault(file.stem, module)  # as an import would: pickle and the user's own imports find it
     return module
-
-
-def did_you_mean_file(file):
-    import difflib
-
-    folder = file.parent if file.parent.is_dir() else None
-    names = [p.name for p in folder.glob("*.py")] if folder else []
-    close = difflib.get_close_matches(file.name, names, n=1)
-    return f" (did you mean {folder / close[0]}?)" if close else ""
 
 
 def import_reward_func(path):
@@ -351,7 +344,6 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, 0.0, 
     if "reward_model" in names:
         resolved["reward_model"] = reward_model_scorer()  # checks its own values
     return [resolved[name] for name in names]
-
 
 
 ################
