@@ -509,7 +509,6 @@ class PPOTrainer(Trainer):
         torch.manual_seed(self.local_seed)  # reset the local seed again
         self.dataloader = RecordedPasses(dataloader)  # ours: a resumed run draws its pass again
 
-
         # Ours: reward functions in the reward model's place are scored in place, and only their reward model (if
         # any) goes through DeepSpeed or to the device.
         scorer = self.reward_model if _is_sequence_classifier(self.reward_model) else self.reward_model.reward_model
@@ -567,11 +566,11 @@ class PPOTrainer(Trainer):
         (`_advantages`), PPO epochs (`_update`), logs and adaptive KL (`_log_rollout`), then transformers' callbacks
         (checkpoints, the health check, the held-out evaluation)."""
         args = self.args
-        self._start_time, self._first_episode = time.time(), self._first_batch * args.batch_size  # eps: this launch's
         self.model.train()
         # trainer state initialization (ours: a resumed run's counters continue from its checkpoint)
         self.state.global_step = self._first_batch
         self.state.episode = self._first_batch * args.batch_size
+        self._start_time, self._first_episode = time.time(), self.state.episode  # eps: this launch's own
         self.state.max_steps = args.num_total_batches
         self.state.num_train_epochs = args.total_episodes / self.train_dataset_len
         for name in ("logging_steps", "eval_steps", "save_steps"):  # absolute, where given as a ratio
@@ -837,16 +836,13 @@ class PPOTrainer(Trainer):
 
     @contextmanager
     def generating_aside(self):
-        """Within it, what reward functions score is not logged as training (the held-out evaluation), and torch's
-        random state is training's again afterwards: what is sampled aside after a checkpoint is saved would
-        otherwise move the state that a resume from that checkpoint restores, and resume would not be exact."""
+        """Within it, what reward functions score is not logged as training (the held-out evaluation, which keeps
+        training's random state as it was itself: rlhf.heldout)."""
         recording = getattr(self.reward_model, "recording", None)
         if recording is not None:
             self.reward_model.recording = False
-        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         try:
-            with torch.random.fork_rng(devices=devices):
-                yield
+            yield
         finally:
             if recording is not None:
                 self.reward_model.recording = recording
@@ -917,7 +913,7 @@ class PPOTrainer(Trainer):
             return
         from trl.trainer.utils import generate_model_card
 
-        name_or_path = self.trained_policy.config._name_or_path
+        name_or_path = self.trained_policy.config.name_or_path
         card = generate_model_card(
             base_model=name_or_path if name_or_path and not os.path.isdir(name_or_path) else None,
             model_name=model_name, hub_model_id=self.hub_model_id, dataset_name=None, tags=list(self._tag_names),
