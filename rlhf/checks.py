@@ -5,13 +5,13 @@ holds the lengths asked for (a default is fitted), LoRA targets, quantization, p
 
 from pathlib import Path
 
+from rlhf.bundled import bundled_dir
 from rlhf.data import did_you_mean_path, hub_unreachable, looks_like_local_path
 from rlhf.errors import UserError
 from rlhf.models import (
     DEFAULT_LORA_TARGETS,
     adapter_base,
     adapter_config,
-    bundled_hint,
     lora_targets,
     model_config,
     resolve_dtype,
@@ -67,7 +67,7 @@ def check_model_source(name_or_path, what, flag, hint=""):
     elif (unreachable := hub_unreachable()) and not _in_hub_cache(name_or_path):
         raise UserError(f"cannot reach the Hugging Face Hub ({unreachable}) to download {what} {name_or_path}, "
                         f"and it is not in the local cache; check the network (or HF_ENDPOINT), or pass a local "
-                        f"folder to {flag}, e.g. the bundled SmolLM2: {bundled_hint()}")
+                        f"folder to {flag}, e.g. the bundled SmolLM2: {bundled_dir()}")
 
 
 def _in_hub_cache(repo_id):

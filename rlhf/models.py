@@ -6,7 +6,7 @@ Loading stays real: Hub ids and local folders go through `from_pretrained` alike
 import copy
 from pathlib import Path
 
-from rlhf.bundled import script
+from rlhf.bundled import bundled_dir, script
 from rlhf.errors import UserError, first_line
 from rlhf.processes import main_process_first
 
@@ -40,7 +40,7 @@ def model_config(name_or_path, trust_remote_code=False, what="model"):
         if Path(name_or_path).expanduser().exists() or not isinstance(error, OSError):
             return None
         raise UserError(f"cannot load {what} {name_or_path} ({first_line(error)}); offline, pass a local folder, "
-                        f"e.g. the bundled SmolLM2: {bundled_hint()}") from None
+                        f"e.g. the bundled SmolLM2: {bundled_dir()}") from None
 
 
 def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
@@ -62,7 +62,7 @@ def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
             raise
         raise UserError(
             f"cannot load model {name_or_path} ({first_line(error)}); offline, pass a local folder, e.g. the bundled "
-            f"SmolLM2: --model_name_or_path {bundled_hint()}"
+            f"SmolLM2: --model_name_or_path {bundled_dir()}"
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -99,14 +99,6 @@ def adapter_base(path):
             if (start / base).is_dir():
                 return str(start / base)
     return base
-
-
-def bundled_hint():
-    """The bundled SmolLM2 as a hint names it: its folder on this machine, absolute (it runs from any folder; the
-    first use converts it there, ~30 s)."""
-    from rlhf.bundled import bundled_dir
-
-    return str(bundled_dir())
 
 
 def loadable(name_or_path):

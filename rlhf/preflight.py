@@ -4,8 +4,6 @@ A mistake ends here in one line (`UserError`), in seconds. Each call also settle
 `--max_prompt_length` fitted to the model's context, `--dtype auto` named, so that what trains is what was checked.
 """
 
-import contextlib
-
 from rlhf.checks import (
     check_lora_targets,
     check_model_source,
@@ -116,20 +114,15 @@ class Problems:
     def add(self, message):
         self.found.append(str(message).removesuffix("."))
 
-    @contextlib.contextmanager
-    def check(self):
-        """Within it, a UserError is kept and the checks after it (which depend on it) are skipped."""
+    def run(self, check, *args):
+        """`check(*args)`; False (the error kept) where it raised a UserError, so that checks which depend on it can
+        be skipped."""
         try:
-            yield
+            check(*args)
         except UserError as error:
             self.add(error)
-
-    def run(self, check, *args):
-        """`check(*args)`; False (the error kept) where it raised a UserError."""
-        with self.check():
-            check(*args)
-            return True
-        return False
+            return False
+        return True
 
     def raise_them(self):
         if len(self.found) == 1:
