@@ -74,6 +74,7 @@ from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
 from trl.trainer.utils import disable_dropout_in_model, pad
 
 from rlhf.kl_control import adaptive_kl_coef
+from rlhf.trl_compat import trainer as trainer_internals
 
 INVALID_LOGPROB = 1.0
 # What each PPO step records (`PPOTrainer._update`), and the tag its mean is logged under, in TRL's order
@@ -378,10 +379,6 @@ class PPOTrainer(Trainer):
                 eprint       = {arXiv:1909.08593}
             }"""),  # noqa: E501
     }
-    # transformers' Trainer.__init__ sets it and `_save` reads it in every process but the first (ours: TRL's PPO,
-    # which skips that __init__, failed there with AttributeError)
-    is_distributed_loading_by_transformers = False
-
     def __init__(self, args, processing_class, model, ref_model, reward_model, train_dataset, value_model,
                  data_collator=None, optimizers=(None, None), callbacks=None, peft_config=None):
         if ref_model is model:
@@ -426,7 +423,6 @@ class PPOTrainer(Trainer):
         self.value_model = value_model
         self.data_collator = data_collator
         self.optimizer, self.lr_scheduler = optimizers
-        self.optimizer_cls_and_kwargs = None  # needed for transformers >= 4.47
 
         #########
         # Batch sizes. A rollout (`batch_size` prompts over all processes, `local_batch_size` in each) is cut into
@@ -459,6 +455,9 @@ class PPOTrainer(Trainer):
             if module is not None:
                 disable_dropout_in_model(module)
         self.model = PolicyAndValueWrapper(self.policy_model, self.value_model)
+        # what Trainer.__init__ (skipped) would set that its methods read, in one place (ours: TRL's PPO set a few
+        # by hand and failed in every process but the first at the first save)
+        trainer_internals.init_trainer_attributes(self, accelerator)
         # Ours: --gradient_checkpointing is honoured (TRL's PPO took the flag and never applied it); generation turns
         # it off and back on (trl's unwrap_model_for_generation), where it would only slow decoding down.
         self.gradient_checkpointing_kwargs = args.gradient_checkpointing_kwargs or {"use_reentrant": False}
@@ -481,11 +480,6 @@ class PPOTrainer(Trainer):
                 cb for cb in self.callback_handler.callbacks + [self.control] if isinstance(cb, ExportableState)
             ],
         )
-        self.current_flos = 0
-        self.hp_search_backend = None
-        self.is_deepspeed_enabled = getattr(self.accelerator.state, "deepspeed_plugin", None) is not None
-        self.is_fsdp_enabled = getattr(self.accelerator.state, "fsdp_plugin", None) is not None
-        self.hub_model_id = None  # ours: no push to the Hub (--push_to_hub is refused: config.PPOTrainingConfig)
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
 
@@ -579,8 +573,7 @@ class PPOTrainer(Trainer):
                 setattr(self.state, name, math.ceil(self.state.max_steps * steps) if steps < 1 else steps)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         if self.is_deepspeed_enabled:  # what transformers' saving reads
-            self.deepspeed = self.model
-            self.model_wrapped = self.model
+            trainer_internals.set_deepspeed_engine(self, self.model)
 
         def passes():  # one dataloader batch per rollout, pass after pass over the prompts
             while True:
@@ -600,7 +593,7 @@ class PPOTrainer(Trainer):
                 self.lr_scheduler.step()
             self.control = self.callback_handler.on_step_end(args, self.state, self.control)
             if self.control.should_save:
-                self._save_checkpoint(self.model, trial=None)
+                self.save_checkpoint()
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
             del rollout, stats
             clear_device_cache()
@@ -608,7 +601,7 @@ class PPOTrainer(Trainer):
 
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         if self.control.should_save:
-            self._save_checkpoint(self.model, trial=None)
+            self.save_checkpoint()
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     @torch.no_grad()
@@ -849,7 +842,7 @@ class PPOTrainer(Trainer):
 
     # ---- Saving ----
 
-    def _save_checkpoint(self, model, trial):
+    def save_checkpoint(self):
         """A checkpoint: ours first (data order, value model, KL coefficient), then transformers' (the policy,
         optimizer, scheduler, random states, and `trainer_state.json` last: it marks a checkpoint complete)."""
         checkpoint = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
@@ -861,7 +854,7 @@ class PPOTrainer(Trainer):
             model_name = (Path(self.args.output_dir).name if self.args.hub_model_id is None
                           else self.args.hub_model_id.split("/")[-1])
             self.create_model_card(model_name=model_name)
-            super()._save_checkpoint(model, trial)
+            trainer_internals.save_checkpoint(self, self.model)
 
     def save_extra_checkpoint_files(self, checkpoint):
         """The value model and the KL coefficient (TRL's checkpoints held only the policy). In every process, before
@@ -977,7 +970,7 @@ class PPOTrainer(Trainer):
         else:
             self.optimizer.load_state_dict(load(OPTIMIZER_NAME))
         self.lr_scheduler.load_state_dict(load(SCHEDULER_NAME))
-        self._load_rng_state(str(checkpoint))  # this process's own file in a multi-process run
+        trainer_internals.load_rng_state(self, checkpoint)  # this process's own file in a multi-process run
         if (checkpoint / DATA_ORDER_FILE).exists():  # not in checkpoints of earlier versions of this package
             self.dataloader.load_state(load(DATA_ORDER_FILE))
 
