@@ -26,8 +26,9 @@ import sys
 
 from config import EvalArguments, RewardArguments
 from rlhf import preflight
+from rlhf.checks import prompt_room
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.data import load_rows, prompt_room
+from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
 from rlhf.evaluation import draw_prompts, generate, held_out_prompts, score
 from rlhf.evaluation_report import (
@@ -105,7 +106,9 @@ def evaluate(args, rewards, report, stop):
             f"{args.train_samples} that training used; pass the --max_samples you trained with as --train_samples"
         )
     prompts, numbers, dropped = held_out_prompts(dataset, tokenizer, args.train_samples, args.max_prompt_length,
-                                                 args.system_prompt, prompt_room(args))
+                                                 args.system_prompt,
+                                                 prompt_room(args.model_path, "--max_new_tokens", args.max_new_tokens,
+                                                             args.trust_remote_code))
     rows, row_numbers = draw_prompts(prompts, numbers, args.num_prompts, args.seed)
     prompts = [row["prompt"] for row in rows]  # rows keep every other column (e.g. ground_truth for boxed_answer)
     where = f"rows after --train_samples {args.train_samples}" + (

@@ -18,8 +18,9 @@ import logging
 
 from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments, Sampling
 from rlhf import preflight
+from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, prompt_room
+from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.models import (
     load_tokenizer,
     peft_config,
@@ -54,8 +55,10 @@ def main(model_args, data_args, reward_args, training_args):
     tokenizer = load_tokenizer(model_args.model_name_or_path, training_args.trust_remote_code)
     rows = load_rows(data_args.dataset_name, data_args.dataset_train_split, data_args.max_samples)
     check_reward_columns(reward_args.reward_funcs, data_args.dataset_name, rows.column_names)
+    room = prompt_room([model_args.model_name_or_path], "--max_completion_length",
+                       training_args.max_completion_length, training_args.trust_remote_code)
     train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt,
-                                               prompt_room(data_args))
+                                               room)
     per_generation = training_args.generation_batch_size // training_args.num_generations  # prompts
     flag = ("--prompts_per_generation" if training_args.prompts_per_step
             else "--generation_batch_size / num_generations")
@@ -65,7 +68,7 @@ def main(model_args, data_args, reward_args, training_args):
     if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
         from rlhf import heldout
 
-        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_args.reward_funcs)
+        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_args.reward_funcs, room)
 
     ################
     # Rewards (user functions are imported before the reward model loads)

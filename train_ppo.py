@@ -23,8 +23,9 @@ import logging
 
 from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments, Sampling
 from rlhf import preflight
+from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
-from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, prompt_room, tokenize_prompts
+from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
 from rlhf.models import peft_config
 from rlhf.processes import is_main_process
 from rlhf.reward import ensure_distinct_pad
@@ -54,8 +55,9 @@ def main(model_args, data_args, training_args):
     ################
     rows = load_rows(data_args.dataset_name, data_args.dataset_train_split, data_args.max_samples)
     check_reward_columns(reward_funcs, data_args.dataset_name, rows.column_names)
-    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt,
-                                         prompt_room(data_args))
+    room = prompt_room([model_args.model_name_or_path], "--max_completion_length",
+                       training_args.max_completion_length, training_args.trust_remote_code)
+    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt, room)
     train_dataset = tokenize_prompts(prompts, tokenizer)
     note = check_prompts_fill_batches(len(train_dataset), training_args.prompts_per_rollout, "--prompts_per_rollout",
                                       "rollout")
@@ -64,7 +66,7 @@ def main(model_args, data_args, training_args):
     if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
         from rlhf import heldout
 
-        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_funcs)
+        held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_funcs, room)
 
     ################
     # Models (from the checkpoint when resuming)

@@ -110,10 +110,6 @@ def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_c
     what fits, in one `note:` line (the data's prompts are then judged by it: longer ones are dropped and counted when
     the data loads). A value the user gave is left as it is, for `check_policy` to refuse."""
     context = model_context(model_config(name_or_path, trust_remote_code))
-    room = vars(data_args).get("_room")
-    if isinstance(context, int) and (room is None or context < room[1]):  # the smallest model of an evaluation
-        # what the prompts must fit, said when none does (rlhf.data.build_prompt_dataset)
-        data_args.__dict__["_room"] = (str(name_or_path), context, completion_flag, completion_length)
     if "max_prompt_length" in vars(data_args).get("_given", ()):
         return
     if not isinstance(context, int) or data_args.max_prompt_length + completion_length <= context:
@@ -125,6 +121,18 @@ def fit_prompt_length(name_or_path, data_args, completion_length, trust_remote_c
     if is_main_process():
         print(f"note: --max_prompt_length {old} -> {fitted} ({name_or_path} has {context} positions, and "
               f"{completion_flag} {completion_length} of them go to the completion)", flush=True)
+
+
+def prompt_room(names_or_paths, completion_flag, completion_length, trust_remote_code=False):
+    """What the prompts must fit beside the completions, said when none does (`rlhf.data.build_prompt_dataset`):
+    (model, positions, completion flag, completion tokens) of the model with the fewest positions among
+    `names_or_paths`, None where no config says."""
+    rooms = []
+    for name_or_path in names_or_paths:
+        context = model_context(model_config(name_or_path, trust_remote_code))
+        if isinstance(context, int):
+            rooms.append((str(name_or_path), context, completion_flag, completion_length))
+    return min(rooms, key=lambda room: room[1], default=None)
 
 
 def check_policy(name_or_path, flag, lengths, trust_remote_code=False):

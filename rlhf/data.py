@@ -252,18 +252,12 @@ def tokenize_prompts(prompts, tokenizer):
     )
 
 
-def prompt_room(args):
-    """What the prompts of `args` (a script's data arguments) must fit, as the preflight read it from the model:
-    (model, positions, completion flag, completion tokens), or None where unknown."""
-    return vars(args).get("_room")
-
-
 def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=None, room=None):
     """Map rows to a `prompt` column of conversations and drop prompts longer than `max_prompt_length` tokens.
 
     `system_prompt`, when given, becomes the system message of rows that have none. The other columns stay (reward
-    functions receive them, e.g. `ground_truth`). `room` (`prompt_room`) says, when no prompt is short enough, what
-    the model can hold.
+    functions receive them, e.g. `ground_truth`). `room` (`rlhf.checks.prompt_room`) says, when no prompt is short
+    enough, what the model can hold.
     """
     schema = detect_schema(dataset.column_names)
     check_filled(dataset, [PROMPT_COLUMNS[schema]])

@@ -24,7 +24,6 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from rlhf.data import prompt_room
 from rlhf.errors import UserError
 from rlhf.evaluation import draw_prompts, generate, held_out_prompts, score
 from rlhf.processes import is_main_process, share_from_main_process
@@ -34,7 +33,7 @@ BASELINE_FILE = "heldout_baseline.json"  # the starting policy's scored completi
 GENERATION_BATCH = 64  # sequences generated at once
 
 
-def held_out_rows(training_args, data_args, tokenizer, reward_funcs):
+def held_out_rows(training_args, data_args, tokenizer, reward_funcs, room=None):
     """(prompt rows, their dataset row numbers, where they come from): `--eval_prompts` of them, drawn (seeded) from
     `--eval_dataset_name`, else from the rows of `--dataset_name` after the first `--max_samples` (those training
     uses). Call it before the models load: a dataset without held-out rows is a `UserError` costing seconds."""
@@ -58,7 +57,7 @@ def held_out_rows(training_args, data_args, tokenizer, reward_funcs):
                         f"first --max_samples {train_samples} that training uses; lower --max_samples, or pass "
                         "--eval_dataset_name")
     prompts, numbers, dropped = held_out_prompts(rows, tokenizer, train_samples, data_args.max_prompt_length,
-                                                 data_args.system_prompt, prompt_room(data_args))
+                                                 data_args.system_prompt, room)
     if not len(prompts):
         raise UserError(f"--eval_prompts: all {dropped} held-out prompts of {source} are longer than "
                         f"--max_prompt_length {data_args.max_prompt_length}; raise it, or pass --eval_dataset_name")

@@ -217,6 +217,21 @@ def test_lengths_beyond_the_models_context_are_refused(tiny_models, tmp_path, ru
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "evaluate_generations.py"])
+def test_prompts_all_too_long_are_answered_with_what_the_model_holds(tiny_models, tmp_path, run_cli, script):
+    # rlhf.checks.prompt_room, read from the model's config where the prompts are built (GRPO, PPO, the evaluation)
+    if script == "evaluate_generations.py":
+        args = eval_args(tiny_models, tmp_path / "out" / "eval.json", "--max_prompt_length", "2")
+        flag = "--max_new_tokens"
+    else:
+        args = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args}[script](tiny_models, tmp_path / "out",
+                                                                              "--max_prompt_length", "2")
+        flag = "--max_completion_length"
+    line = error_line(run_cli(script, *args))
+    assert "every prompt is longer than --max_prompt_length 2 tokens" in line
+    assert f"{tiny_models['policy']} holds 1024 positions" in line and f"beside {flag} " in line, line
+
+
 def short_context_policy(tiny_models, folder, positions=256):
     """The tiny policy, told it has `positions` positions (max_position_embeddings in its config.json)."""
     import json
