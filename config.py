@@ -15,14 +15,11 @@ from typing import Literal
 from transformers import TrainingArguments
 from trl import ModelConfig, ScriptArguments
 
+from rlhf.batches import grpo_batch, grpo_step_prompts, ppo_rollout, ppo_update_prompts
 from rlhf.cli import change, note
 from rlhf.models import DEFAULT_LORA_TARGETS
-from rlhf.processes import launched_engine, launched_processes, on_gpu
+from rlhf.processes import launched_engine, launched_processes
 from rlhf.trl_compat import GRPOConfig, RewardConfig
-
-# Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
-# from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (docs/performance.md).
-GPU_PROMPTS_PER_GENERATION = 64
 
 
 @dataclass
@@ -563,7 +560,8 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
             self._batch_from_batch_size()
         if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
             trl_batch = (self.gradient_accumulation_steps, self.generation_batch_size, self.steps_per_generation)
-            self.prompts_per_step = 4 if trl_batch == (None, None, None) else 0
+            self.prompts_per_step = grpo_step_prompts(None, None, None, trl_batch != (None, None, None),
+                                                      launched_processes())
             if self.gradient_accumulation_steps and self.per_device_train_batch_size:
                 # said always: a flag that elsewhere multiplies prompts multiplies completions here
                 completions = (self.per_device_train_batch_size * self.gradient_accumulation_steps
@@ -593,7 +591,7 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
             raise ValueError(f"--batch_size {self.batch_size} and --prompts_per_step {self.prompts_per_step} both set "
                              "the prompts of a step; give one (--prompts_per_step counts prompts per optimizer step)")
         accumulation, processes = self.gradient_accumulation_steps or 1, launched_processes()
-        self.prompts_per_step = self.batch_size * accumulation * processes
+        self.prompts_per_step = grpo_step_prompts(None, self.batch_size, accumulation, False, processes)
         self.per_device_train_batch_size = self.batch_size * self.num_generations
         passes = f", {accumulation} passes" if accumulation > 1 else ""
         devices = f" on each of {processes} processes" if processes > 1 else ""
@@ -604,38 +602,19 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         self.batch_size = None  # recorded as what it became
 
     def _batch_from_prompts(self):
-        """Translate prompts into TRL's completion-counted batch, before TRL derives its generation batch from it."""
-        world_size = launched_processes()
-        completions = self.prompts_per_step * self.num_generations
-        if self.per_device_train_batch_size * world_size > completions and completions % world_size == 0:
-            # More room per pass than one step holds (e.g. the default 16 on 2 GPUs): each device takes its share.
-            change(self, "per_device_train_batch_size", completions // world_size,
-                   "one optimizer step's share per process")
-        per_pass = self.per_device_train_batch_size * world_size
-        if completions % per_pass:
-            raise ValueError(
-                f"prompts_per_step x num_generations = {completions} completions per optimizer step is not a "
-                f"multiple of per_device_train_batch_size x processes = {per_pass}; lower "
-                f"--per_device_train_batch_size so that it divides evenly."
-            )
-        accumulation = completions // per_pass
-        if self.gradient_accumulation_steps not in (None, 1, accumulation):
-            raise ValueError(
-                f"--gradient_accumulation_steps {self.gradient_accumulation_steps} conflicts with "
-                f"--prompts_per_step {self.prompts_per_step} (which needs {accumulation}); pass "
-                f"--prompts_per_step 0 to set TRL's batch flags yourself."
-            )
-        change(self, "gradient_accumulation_steps", accumulation, "derived from --prompts_per_step")
+        """Translate prompts into TRL's completion-counted batch (`rlhf.batches.grpo_batch`), before TRL derives its
+        generation batch from it. A GPU's default --prompts_per_generation is set before the config is built
+        (`rlhf.engines.resolve_machine`); a CPU's is one step's prompts."""
         if self.prompts_per_generation is None:
-            self.prompts_per_generation = (max(GPU_PROMPTS_PER_GENERATION, self.prompts_per_step)
-                                           if on_gpu(self.use_cpu) else self.prompts_per_step)
-        if self.prompts_per_generation % self.prompts_per_step:
-            raise ValueError(
-                f"--prompts_per_generation {self.prompts_per_generation} is not a multiple of --prompts_per_step "
-                f"{self.prompts_per_step}; each optimizer step takes prompts_per_step of the prompts generated."
-            )
+            self.prompts_per_generation = self.prompts_per_step
+        batch = grpo_batch(self.prompts_per_step, self.num_generations, self.per_device_train_batch_size,
+                           launched_processes(), self.gradient_accumulation_steps, self.prompts_per_generation)
+        change(self, "per_device_train_batch_size", batch["per_device_train_batch_size"],
+               "one optimizer step's share per process")
+        change(self, "gradient_accumulation_steps", batch["gradient_accumulation_steps"],
+               "derived from --prompts_per_step")
         # TRL derives steps_per_generation (forward/backward passes per generation) from this.
-        change(self, "generation_batch_size", self.prompts_per_generation * self.num_generations,
+        change(self, "generation_batch_size", batch["generation_batch_size"],
                "derived from --prompts_per_generation x --num_generations; pass --prompts_per_step 0 to set it")
 
 
@@ -696,11 +675,13 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
     total_episodes: int | None = field(
         default=None, metadata={"help": "Prompts trained on in all (default: --num_train_epochs passes over them)."}
     )
-    local_rollout_forward_batch_size: int = field(
-        default=16,
+    local_rollout_forward_batch_size: int | None = field(
+        default=None,
         metadata={
-            "help": "Sequences per generation and no-grad forward pass (reference, value, reward) in a rollout. Each "
-            "such pass holds float32 logits over the whole vocabulary: lower it to save memory (TRL's default: 64)."
+            "help": "Sequences per generate call and no-grad forward pass (reference, value, reward) in a rollout. "
+            "Each such pass holds float32 logits over the whole vocabulary. Default: 16 on a CPU; on a GPU, the "
+            "whole rollout in one call where a quarter of the GPU's memory holds it (rlhf.batches.rollout_chunk). "
+            "Lower it to save memory (TRL's default: 64)."
         },
     )
     num_ppo_epochs: int = field(
@@ -809,20 +790,11 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
         check_sampling(self)
         at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps",
                  "local_rollout_forward_batch_size")
-        update = self.per_device_train_batch_size * self.gradient_accumulation_steps * launched_processes()
-        if self.prompts_per_rollout is None and self.num_mini_batches is not None:  # TRL's flag, e.g. from its YAML
-            self.prompts_per_rollout = update * self.num_mini_batches
-        elif self.prompts_per_rollout is None:
-            self.prompts_per_rollout = max(GPU_PROMPTS_PER_GENERATION, update) if on_gpu(self.use_cpu) else update
-        if self.prompts_per_rollout % update:
-            raise ValueError(
-                f"--prompts_per_rollout {self.prompts_per_rollout} is not a multiple of the {update} prompts of one "
-                "optimizer step (per_device_train_batch_size x gradient_accumulation_steps x processes)."
-            )
-        if self.num_mini_batches not in (None, 1, self.prompts_per_rollout // update):
-            raise ValueError(f"--num_mini_batches {self.num_mini_batches} conflicts with --prompts_per_rollout "
-                             f"{self.prompts_per_rollout}, which sets it to {self.prompts_per_rollout // update}.")
-        change(self, "num_mini_batches", self.prompts_per_rollout // update, "derived from --prompts_per_rollout")
+        # A GPU's default --prompts_per_rollout is set before the config is built (rlhf.engines.resolve_machine)
+        update = ppo_update_prompts(self.per_device_train_batch_size, self.gradient_accumulation_steps,
+                                    launched_processes())
+        self.prompts_per_rollout, mini_batches = ppo_rollout(self.prompts_per_rollout, self.num_mini_batches, update)
+        change(self, "num_mini_batches", mini_batches, "derived from --prompts_per_rollout")
         if launched_engine() != "DEEPSPEED":  # said where given: TRL's PPO loop never clips (ours keeps it so)
             note(self, "max_grad_norm", f"note: --max_grad_norm {self.max_grad_norm} does nothing here: PPO (as "
                  "TRL's) clips gradients only under DeepSpeed, whose config takes it")

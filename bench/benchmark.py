@@ -50,13 +50,14 @@ from bench.report import describe_environment, format_progress, print_header, pr
 from rlhf.cli import exit_on_user_error  # noqa: E402 (light: argparse and rlhf.errors)
 from rlhf.errors import UserError  # noqa: E402
 
-# Fixed settings of each suite (flags given on the command line still win). Chosen for the time budget: the GPU suite
-# in under 9 minutes on one H100 (estimated from the issue's timings, not yet run on a GPU), the CPU suite in under
-# 10 minutes on 2 cores (measured: docs/performance.md).
+# Fixed settings of each suite (flags given on the command line still win). The GPU suite compares pairs (ours and
+# `trl grpo` at identical settings; PPO generating 16 and 64 prompts at a time), 3 ABBA repeats of 2 warm-up and 5
+# measured steps after an untimed warm-up run, sized for 8 minutes on one H100 (estimated from the H200's step
+# times, docs/performance.md: not yet run on a GPU); the CPU suite in under 10 minutes on 2 cores (measured).
 SUITES = {
-    "gpu": {"runs": ["grpo_trl_settings", "trl_grpo", "grpo", "grpo_lora", "ppo", "grpo_vllm"], "device": "cuda",
-            "model": "bundled", "max_completion_length": 256, "steps": 3, "warmup_steps": 1,
-            "scoring_sequences": 64},
+    "gpu": {"runs": ["grpo_trl_settings", "trl_grpo", "ppo_chunk16", "ppo_chunk64"], "device": "cuda",
+            "model": "bundled", "max_completion_length": 128, "steps": 5, "warmup_steps": 2, "repeats": 3,
+            "warmup_run": True, "scoring_sequences": 64},
     "cpu": {"runs": ["grpo_trl_settings", "trl_grpo", "grpo", "grpo_lora", "ppo"], "device": "cpu",
             "model": "bundled", "max_completion_length": 64, "steps": 1, "warmup_steps": 1,
             "scoring_sequences": 16},
@@ -76,7 +77,11 @@ def parse_args(argv=None):
                              "(e.g. prompts_per_generation=8)")
     parser.add_argument("--steps", type=int, default=3, help="measured optimizer steps, rounded up to whole cycles")
     parser.add_argument("--warmup_steps", type=int, default=1, help="steps run first, rounded up to whole cycles")
-    parser.add_argument("--repeats", type=int, default=1, help="run the list this many times, in turn")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run the list this many times, in ABBA order: listed, reversed, listed... (so that no "
+                             "run always goes first, and a pair's drift cancels)")
+    parser.add_argument("--warmup_run", action="store_true",
+                        help="first run the first run once, untimed (a fresh machine's first run is slower)")
     parser.add_argument("--prompts_per_step", type=int, default=4)
     parser.add_argument("--num_generations", type=int, default=4, help="GRPO group size")
     parser.add_argument("--per_device_train_batch_size", type=int, default=16, help="GRPO completions per pass")
@@ -144,8 +149,8 @@ def main(argv=None):
         work.mkdir(parents=True, exist_ok=True)
         paths = dict(zip(("policy", "reward_model"), prepare_models(args, work)), prompts=work / "prompts")
     on_gpu = cuda or device == "cuda"  # a dry run of --suite gpu shows the GPU's flags and step counts
-    plans = [plan_run(name, label, flags, args, paths, on_gpu) for _ in range(args.repeats)
-             for name in args.runs for label, flags in args.variants]
+    plans = [plan_run(name, label, flags, args, paths, on_gpu) for repeat in range(args.repeats)
+             for name in (args.runs if repeat % 2 == 0 else args.runs[::-1]) for label, flags in args.variants]
     environment = describe_environment(torch, cuda, args)
     print_header(environment, args)
     if args.dry_run:
@@ -159,6 +164,9 @@ def main(argv=None):
         raise UserError(f"--work_dir {work} already holds runs of an earlier benchmark ({', '.join(taken)}); give a "
                         "new --work_dir, or delete those folders to measure them again")
     write_prompts(paths["prompts"], max(plan["prompts_needed"] for plan in plans))
+    if args.warmup_run:  # untimed: the first run on a fresh machine pays for its caches and clocks
+        warmup = measure(plans[0], work / "warmup_run", args)
+        print(f"warm-up run ({plans[0]['run']}, not counted): {warmup.get('wall_s', 0):.0f} s", flush=True)
     results = []
     for i, (plan, folder) in enumerate(zip(plans, folders)):
         result = measure(plan, folder, args)

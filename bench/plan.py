@@ -8,7 +8,9 @@ import sys
 from bench import ROOT
 
 RUNS = ("grpo_trl_settings", "trl_grpo", "grpo", "grpo_lora", "grpo_vllm", "grpo_vllm_lora", "trl_grpo_lora", "ppo",
-        "ppo_lora")
+        "ppo_lora", "ppo_chunk16", "ppo_chunk64")
+# PPO's prompts per generate call and no-grad pass of a rollout (--local_rollout_forward_batch_size), fixed by name
+PPO_CHUNKS = {"ppo_chunk16": 16, "ppo_chunk64": 64}
 TRL_SETTINGS = ("grpo_trl_settings", "trl_grpo", "trl_grpo_lora")  # one generation per step, TRL's precision
 LORA = ["--lora_r", "16", "--lora_alpha", "32", "--lora_target_modules", "q_proj", "k_proj", "v_proj", "o_proj"]
 RUN_DESCRIPTIONS = {
@@ -21,6 +23,8 @@ RUN_DESCRIPTIONS = {
     "grpo_vllm_lora": "train_grpo.py --use_vllm --use_peft, our defaults",
     "ppo": "train_ppo.py, our defaults",
     "ppo_lora": "train_ppo.py --use_peft, our defaults",
+    "ppo_chunk16": "train_ppo.py, rollouts generated 16 prompts at a time",
+    "ppo_chunk64": "train_ppo.py, rollouts generated 64 prompts at a time",
 }
 # Our flags that `trl grpo` spells otherwise. The one place the benchmark translates: once the scripts take TRL's
 # names, this table empties and `trl grpo` runs the very flags of ours.
@@ -44,9 +48,10 @@ def _script_and_flags(name, args, paths, cuda):
             common += [flag, str(cuda and flag == "--bf16").lower()]
     lora = name.endswith("_lora")
     if name.startswith("ppo"):
+        chunk = ["--local_rollout_forward_batch_size", PPO_CHUNKS[name]] if name in PPO_CHUNKS else []
         return [sys.executable, str(ROOT / "train_ppo.py"), *common,
                 "--reward_model_name_or_path", paths["reward_model"],
-                *(["--use_peft", *LORA] if lora else [])]
+                *(["--use_peft", *LORA] if lora else []), *chunk]
     grpo = [*common, "--num_generations", args.num_generations, "--temperature", "0.7", "--top_p", "0.9",
             "--beta", "0.04", "--per_device_train_batch_size", args.per_device_train_batch_size]
     # TRL's batch flags: TRL then generates once per optimizer step (steps_per_generation = accumulation steps).
@@ -57,8 +62,8 @@ def _script_and_flags(name, args, paths, cuda):
         ours = [*grpo, "--reward_model_name_or_path", paths["reward_model"], *(["--use_peft", *LORA] if lora else [])]
         return [sys.executable, "-m", "trl.cli.main", "grpo", *ours]  # the same flags: the scripts take TRL's names
     script = [sys.executable, str(ROOT / "train_grpo.py"), *grpo, "--reward_model_name_or_path", paths["reward_model"]]
-    if trl_settings:
-        return [*script, "--prompts_per_step", "0"]
+    if trl_settings:  # the reward model in the dtype `trl grpo` loads it in (ours: bfloat16 on a GPU by default)
+        return [*script, "--prompts_per_step", "0", "--reward_model_dtype", args.dtype]
     script += ["--prompts_per_step", args.prompts_per_step, *(["--use_peft", *LORA] if lora else [])]
     if args.prompts_per_generation:
         script += ["--prompts_per_generation", args.prompts_per_generation]

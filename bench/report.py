@@ -90,16 +90,38 @@ def summarize(results, scoring, args, environment):
               f"tokens/s), {figures['sequences']} sequences of ~{figures['mean_tokens']} tokens in batches of "
               f"{figures['batch_size']}")
     ratios = {}
-    for ours, theirs, what in (("grpo_trl_settings", "trl_grpo", "identical settings"),
-                               ("grpo", "trl_grpo", "our defaults vs trl grpo's")):
+    for ours, theirs, what in PAIRS:
         if medians.get(ours, {}).get("ok") and medians.get(theirs, {}).get("ok"):
             per_token = medians[ours]["seconds_per_token"] / medians[theirs]["seconds_per_token"]
-            ratios[f"{ours}/{theirs}"] = {"seconds_per_token": round(per_token, 3), "settings": what}
-            print(f"{ours} / {theirs} ({what}), seconds per generated token: {per_token:.2f} "
-                  f"(<= 1.0: ours costs no more per token)")
+            pairs = pair_ratios(by_run[ours], by_run[theirs])
+            ratios[f"{ours}/{theirs}"] = {"seconds_per_token": round(per_token, 3), "settings": what,
+                                          "per_pair": pairs}
+            spread = (f"; per ABBA pair {', '.join(f'{r:.3f}' for r in pairs)} (spread {max(pairs) - min(pairs):.3f})"
+                      if len(pairs) > 1 else "")
+            print(f"{ours} / {theirs} ({what}), seconds per generated token: {per_token:.3f}{spread} "
+                  f"(<= 1.0: the first costs no more per token)")
     print_table(medians, args, environment)
     return {**environment, "settings": dict(vars(args)), "results": results,
             "medians": medians, "ratios": ratios, "reward_model_scoring": scoring}
+
+
+# The pairs whose ratio the report gives: (first, second, what differs).
+PAIRS = (("grpo_trl_settings", "trl_grpo", "identical settings"),
+         ("grpo", "trl_grpo", "our defaults vs trl grpo's"),
+         ("ppo_chunk64", "ppo_chunk16", "PPO generating 64 prompts at a time vs 16"))
+
+
+def pair_ratios(first, second):
+    """Seconds per generated token of `first` over `second`, repeat by repeat (the runs of one repeat ran next to
+    each other: ABBA order), where both finished."""
+    second_by_repeat = {r["repeat"]: r for r in second if r.get("returncode") == 0}
+    return [round(seconds_per_token(r) / seconds_per_token(second_by_repeat[r["repeat"]]), 4)
+            for r in first if r.get("returncode") == 0 and r["repeat"] in second_by_repeat]
+
+
+def seconds_per_token(result):
+    """Seconds per generated completion token over the measured window of one run."""
+    return result["seconds_per_step"] * result["measured"] / result["completion_tokens"]
 
 
 def run_medians(results):
@@ -112,8 +134,7 @@ def run_medians(results):
     if ok:
         for key in ("seconds_per_step", "completion_tokens_per_s", "epoch_hours", "wall_s"):
             summary[key] = statistics.median(r[key] for r in ok)
-        summary["seconds_per_token"] = statistics.median(
-            r["seconds_per_step"] * r["measured"] / r["completion_tokens"] for r in ok)
+        summary["seconds_per_token"] = statistics.median(seconds_per_token(r) for r in ok)
         for key in ("peak_rss_gb", "peak_cuda_allocated_gb", "peak_cuda_reserved_gb"):
             values = [r[key] for r in ok if r[key] is not None]
             summary[key] = max(values) if values else None

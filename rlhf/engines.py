@@ -169,7 +169,27 @@ def resolve_machine(training):
         changes.append(("tf32", _cuda_supports_tf32() and not use_cpu, None, False))
     if not processes.cuda_available() and training.dataloader_pin_memory:
         changes.append(("dataloader_pin_memory", False, "pinned memory helps a GPU only, and there is none", False))
+    if processes.on_gpu(use_cpu):
+        changes += _gpu_generation(training, processes.launched_processes())
     return changes
+
+
+def _gpu_generation(training, count):
+    """On a GPU, where decoding is launch-bound, GRPO's and PPO's default prompts generated at once
+    (`rlhf.batches.generation_prompts`): GRPO's --prompts_per_generation, PPO's --prompts_per_rollout, where the user
+    set neither it nor (PPO) TRL's --num_mini_batches."""
+    from rlhf.batches import generation_prompts, grpo_step_prompts, ppo_update_prompts
+
+    if getattr(training, "prompts_per_generation", 0) is None:  # GRPO
+        trl_batch = (training.gradient_accumulation_steps, training.generation_batch_size,
+                     training.steps_per_generation) != (None, None, None)
+        step = grpo_step_prompts(training.prompts_per_step, training.batch_size, training.gradient_accumulation_steps,
+                                 trl_batch, count)
+        return [("prompts_per_generation", generation_prompts(step, True), None, False)] if step else []
+    if getattr(training, "prompts_per_rollout", 0) is None and training.num_mini_batches is None:  # PPO
+        update = ppo_update_prompts(training.per_device_train_batch_size, training.gradient_accumulation_steps, count)
+        return [("prompts_per_rollout", generation_prompts(update, True), None, False)]
+    return []
 
 
 def _cuda_supports_tf32():

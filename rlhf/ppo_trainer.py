@@ -73,6 +73,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
 from trl.trainer.utils import disable_dropout_in_model, pad
 
+from rlhf.batches import rollout_chunk
 from rlhf.kl_control import adaptive_kl_coef
 from rlhf.trl_compat import trainer as trainer_internals
 
@@ -447,6 +448,21 @@ class PPOTrainer(Trainer):
         args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)  # may train beyond total_episodes
         self.local_seed = args.seed + accelerator.process_index * 100003  # Prime
         self.local_dataloader_batch_size = args.local_batch_size
+        # Ours: prompts per generate call and no-grad forward pass of a rollout. TRL's fixed 64 cost a GPU four
+        # launch-bound decodes for 64 prompts at our former default of 16: on a GPU, the whole rollout where a
+        # quarter of its memory holds it (the same on every launch of the same GPU: a resumed run generates alike).
+        self.rollout_chunk = args.local_rollout_forward_batch_size
+        if self.rollout_chunk is None:
+            gpu = accelerator.device.type == "cuda"
+            budget = torch.cuda.get_device_properties(accelerator.device).total_memory / 4 if gpu else None
+            longest_prompt = max(map(len, train_dataset["input_ids"])) if gpu else 0
+            self.rollout_chunk = rollout_chunk(args.local_batch_size, budget,
+                                               self.policy_model.config.get_text_config().vocab_size, longest_prompt,
+                                               args.response_length)
+            if gpu and accelerator.is_main_process:
+                print(f"PPO: {self.rollout_chunk} of each rollout's {args.local_batch_size} prompts per process are "
+                      "generated at once (as a quarter of the GPU's memory holds; --local_rollout_forward_batch_size "
+                      "sets it)", flush=True)
 
         #########
         # Models, optimizer (one AdamW over the policy and the value model), scheduler, callbacks
@@ -609,7 +625,7 @@ class PPOTrainer(Trainer):
         """1-2. One completion per prompt of `queries` (left-padded), with the log-probability of each token under the
         policy that sampled it (the logits at the temperature) and under the reference, the value model's estimate
         at each position, and the score of the completion cut after its first stop token (the rest becomes padding).
-        Computed in chunks of `local_rollout_forward_batch_size` prompts."""
+        Computed in chunks of `rollout_chunk` prompts."""
         args, pad = self.args, self.processing_class.pad_token_id
         context_length = queries.shape[1]
         generation_kwargs = {"max_new_tokens": args.response_length, "temperature": args.temperature + 1e-7,
@@ -619,14 +635,13 @@ class PPOTrainer(Trainer):
             generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
             gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs,  # what it turns back on after
         ) as unwrapped_model:
-            query_responses, logitss = batch_generation(unwrapped_model.policy, queries,
-                                                        args.local_rollout_forward_batch_size, pad,
+            query_responses, logitss = batch_generation(unwrapped_model.policy, queries, self.rollout_chunk, pad,
                                                         GenerationConfig(**generation_kwargs), top_p=args.top_p)
         del unwrapped_model
         self.record_completions(query_responses[:, context_length:], self.stop_token_id)
 
         parts = defaultdict(list)
-        chunk = args.local_rollout_forward_batch_size
+        chunk = self.rollout_chunk
         value_model = self.accelerator.unwrap_model(self.model).value_model
         for i in range(0, queries.shape[0], chunk):
             query, query_response = queries[i : i + chunk], query_responses[i : i + chunk]

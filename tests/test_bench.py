@@ -37,7 +37,8 @@ def test_each_suite_runs_what_the_readme_says(suite):
     assert args.model == "bundled" and (args.prompts_per_step, args.num_generations) == (4, 4)
     assert f"up to {args.max_completion_length} tokens" in settings
     assert f"at least {args.steps} measured step" in settings
-    assert ("grpo_vllm" in runs) == (suite == "gpu")
+    # the GPU suite compares pairs (ours and trl grpo, PPO's two generation chunks); the CPU suite runs the lot once
+    assert (("ppo_chunk16" in runs and "ppo_chunk64" in runs) == (suite == "gpu")) and "trl_grpo" in runs
     # A flag given on the command line still wins over the suite's.
     assert benchmark.parse_args(["--suite", suite, "--max_completion_length", "32"]).max_completion_length == 32
 
@@ -81,6 +82,26 @@ def test_our_runs_are_planned_in_whole_generation_cycles_and_vllm_is_skipped_whe
         "grpo[prompts_per_generation=16]", 4, 4)
 
 
+def test_repeats_run_in_abba_order_and_each_pair_gives_its_own_ratio(monkeypatch):
+    from bench.report import pair_ratios
+
+    args = benchmark.parse_args(["--suite", "gpu", "--dry_run"])
+    assert (args.repeats, args.warmup_steps, args.steps, args.warmup_run) == (3, 2, 5, True)
+    order = []
+    monkeypatch.setattr(benchmark, "plan_run", lambda name, *_: order.append(name) or {"run": name})
+    monkeypatch.setattr(benchmark, "print_plans", lambda *_: None)
+    benchmark.main(["--runs", "grpo_trl_settings", "trl_grpo", "--repeats", "4", "--dry_run"])
+    assert order == ["grpo_trl_settings", "trl_grpo", "trl_grpo", "grpo_trl_settings"] * 2  # A B B A A B B A
+
+    def run(repeat, seconds):  # 10 steps of 100 tokens in all
+        return {"repeat": repeat, "returncode": 0, "seconds_per_step": seconds, "measured": 10,
+                "completion_tokens": 1000}
+
+    ours = [run(0, 1.0), run(1, 1.2), {"repeat": 2, "returncode": 1}]
+    theirs = [run(0, 2.0), run(1, 1.0), run(2, 1.0)]
+    assert pair_ratios(ours, theirs) == [0.5, 1.2]  # repeat by repeat; a failed run's pair is left out
+
+
 def test_the_measured_window_is_whole_generation_cycles():
     clock = {step: 10.0 * step for step in range(1, 9)}
     clock.update({5: 49.0})  # step 5 generates for steps 5-8
@@ -121,7 +142,7 @@ def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
 
 @pytest.mark.slow
 def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(tmp_path):
-    from config import GPU_PROMPTS_PER_GENERATION
+    from rlhf.batches import GPU_PROMPTS_PER_GENERATION
 
     result = run_script("bench/benchmark.py", "--suite", "gpu", "--dry_run",
                         env={"CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
@@ -133,11 +154,16 @@ def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(
         commands[head.split(":")[0]] = (counts.strip(), command.split())
     assert list(commands) == benchmark.SUITES["gpu"]["runs"]
     assert flags_after(commands["trl_grpo"][1], "--bf16") == ["true"]  # TRL's precision on a GPU, refused on a CPU
-    # Step counts as the package resolves them on a GPU: one generation of 64 prompts serves 16 steps of 4 prompts.
-    steps_per_generation = GPU_PROMPTS_PER_GENERATION // 4
-    assert commands["grpo"][0].startswith(f"{steps_per_generation} warm-up + {steps_per_generation} measured")
-    assert flags_after(commands["grpo"][1], "--max_steps") == [str(2 * steps_per_generation)]
-    assert flags_after(commands["ppo"][1], "--total_episodes") == [str(2 * GPU_PROMPTS_PER_GENERATION)]  # 2 rollouts
+    # the same work: ours scores in the dtype trl grpo loads the reward model in (float32), not bfloat16
+    assert flags_after(commands["grpo_trl_settings"][1], "--reward_model_dtype") == ["float32"]
+    # TRL's settings generate once per step: 2 warm-up steps and 5 measured
+    assert commands["trl_grpo"][0].startswith("2 warm-up + 5 measured")
+    assert flags_after(commands["trl_grpo"][1], "--max_steps") == ["7"]
+    # A GPU's PPO rollout is 64 prompts, generated 16 or 64 at a time: one rollout of warm-up, one measured
+    for chunk in (16, 64):
+        assert flags_after(commands[f"ppo_chunk{chunk}"][1], "--local_rollout_forward_batch_size") == [str(chunk)]
+        assert flags_after(commands[f"ppo_chunk{chunk}"][1], "--total_episodes") == [
+            str(2 * GPU_PROMPTS_PER_GENERATION)]
     assert not list(tmp_path.glob("rlhf_bench_*"))  # a dry run makes no work folder, not even a temporary one
 
 

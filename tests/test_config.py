@@ -305,7 +305,22 @@ def test_on_a_gpu_generation_is_batched_over_steps_and_matmuls_use_tf32(monkeypa
     ppo = ppo_parse()
     # 64 prompts per rollout, trained on in 16 mini-batches of the 4 prompts of one optimizer step.
     assert (ppo.prompts_per_rollout, ppo.num_mini_batches, ppo.per_device_train_batch_size) == (64, 16, 4)
-    assert ppo.local_rollout_forward_batch_size == 16
+    assert ppo.local_rollout_forward_batch_size is None  # sized by the trainer from the GPU's memory
+
+
+def test_on_a_gpu_the_default_generation_is_whole_steps_whatever_a_step_holds(monkeypatch):
+    # rlhf.engines.resolve_machine sizes it before the configs are built (48 prompts a step: 96, a whole two steps;
+    # max(64, 48) was refused as not a multiple of 48). Given, or with TRL's --num_mini_batches, it is left alone.
+    on_a_gpu(monkeypatch)
+    *_, train = parse("--prompts_per_step", "48", "--num_generations", "2")
+    # 96 completions a step in 6 passes of 16: a generation serves 2 steps, 12 passes (TRL's steps_per_generation)
+    assert (train.prompts_per_generation, train.gradient_accumulation_steps, train.steps_per_generation) == (96, 6, 12)
+    assert parse("--prompts_per_step", "48", "--prompts_per_generation", "48")[-1].prompts_per_generation == 48
+    assert parse("--prompts_per_step", "0", "--gradient_accumulation_steps", "2")[-1].prompts_per_generation is None
+    ppo = ppo_parse("--per_device_train_batch_size", "48")
+    assert (ppo.prompts_per_rollout, ppo.num_mini_batches) == (96, 2)
+    assert ppo_parse("--num_mini_batches", "2").prompts_per_rollout == 8  # TRL's flag: 2 mini-batches of 4
+    assert ppo_parse("--prompts_per_rollout", "8").prompts_per_rollout == 8
 
 
 def test_on_a_cpu_each_step_generates_its_own_prompts(monkeypatch):

@@ -1,0 +1,104 @@
+"""The batch arithmetic of GRPO and PPO, as pure functions of the flags, the process count and the device.
+
+This package counts prompts (`--prompts_per_step`, `--prompts_per_generation`, `--prompts_per_rollout`); TRL's GRPO
+counts completions per device (`per_device_train_batch_size`, `gradient_accumulation_steps`, `generation_batch_size`).
+`config.py` translates one into the other with these, and `rlhf.engines.resolve_machine` sizes the GPU's defaults
+with them, before the configs are built. Each raises ValueError naming the flag to change.
+"""
+
+import math
+
+# Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
+# from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (docs/performance.md).
+GPU_PROMPTS_PER_GENERATION = 64
+# Prompts per generate call and no-grad forward pass of a PPO rollout on a CPU (measured: docs/performance.md).
+CPU_ROLLOUT_CHUNK = 16
+
+
+def generation_prompts(step_prompts, on_gpu):
+    """The prompts generated together by default: one optimizer step's on a CPU; on a GPU, where decoding is
+    launch-bound, the smallest multiple of them that reaches GPU_PROMPTS_PER_GENERATION (a multiple, so that each
+    step takes a whole share)."""
+    if not on_gpu or not step_prompts:
+        return step_prompts
+    return step_prompts * math.ceil(GPU_PROMPTS_PER_GENERATION / step_prompts)
+
+
+def grpo_step_prompts(prompts_per_step, batch_size, gradient_accumulation_steps, trl_batch_given, processes):
+    """GRPO's prompts per optimizer step: as given; from a hand-written GRPO's `--batch_size` (prompts per pass and
+    device); 0 where TRL's own batch flags are given instead (used as they are); else 4."""
+    if batch_size is not None:
+        return batch_size * (gradient_accumulation_steps or 1) * processes
+    if prompts_per_step is None:
+        return 0 if trl_batch_given else 4
+    return prompts_per_step
+
+
+def grpo_batch(prompts_per_step, num_generations, per_device, processes, gradient_accumulation_steps,
+               prompts_per_generation):
+    """TRL's batch for `prompts_per_step` prompts x `num_generations` completions per optimizer step, generated
+    `prompts_per_generation` prompts at a time: {per_device_train_batch_size, gradient_accumulation_steps,
+    generation_batch_size}, all counted in completions. `per_device` shrinks to one step's share per process where
+    a pass would hold more than a step."""
+    completions = prompts_per_step * num_generations
+    if per_device * processes > completions and completions % processes == 0:
+        per_device = completions // processes  # e.g. the default 16 on 2 GPUs: each device takes its share
+    per_pass = per_device * processes
+    if completions % per_pass:
+        raise ValueError(
+            f"prompts_per_step x num_generations = {completions} completions per optimizer step is not a multiple "
+            f"of per_device_train_batch_size x processes = {per_pass}; lower --per_device_train_batch_size so that "
+            "it divides evenly."
+        )
+    accumulation = completions // per_pass
+    if gradient_accumulation_steps not in (None, 1, accumulation):
+        raise ValueError(
+            f"--gradient_accumulation_steps {gradient_accumulation_steps} conflicts with --prompts_per_step "
+            f"{prompts_per_step} (which needs {accumulation}); pass --prompts_per_step 0 to set TRL's batch flags "
+            "yourself."
+        )
+    if prompts_per_generation % prompts_per_step:
+        raise ValueError(
+            f"--prompts_per_generation {prompts_per_generation} is not a multiple of --prompts_per_step "
+            f"{prompts_per_step}; each optimizer step takes prompts_per_step of the prompts generated."
+        )
+    return {"per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation,
+            "generation_batch_size": prompts_per_generation * num_generations}
+
+
+def ppo_update_prompts(per_device, gradient_accumulation_steps, processes):
+    """PPO's prompts per optimizer step (one mini-batch), over all processes."""
+    return per_device * gradient_accumulation_steps * processes
+
+
+def ppo_rollout(prompts_per_rollout, num_mini_batches, update_prompts):
+    """(prompts per rollout, mini-batches per rollout): from `--prompts_per_rollout`, else from TRL's
+    `--num_mini_batches`, else one mini-batch."""
+    if prompts_per_rollout is None:
+        prompts_per_rollout = update_prompts * (num_mini_batches or 1)
+    if prompts_per_rollout % update_prompts:
+        raise ValueError(
+            f"--prompts_per_rollout {prompts_per_rollout} is not a multiple of the {update_prompts} prompts of one "
+            "optimizer step (per_device_train_batch_size x gradient_accumulation_steps x processes)."
+        )
+    if num_mini_batches not in (None, 1, prompts_per_rollout // update_prompts):
+        raise ValueError(f"--num_mini_batches {num_mini_batches} conflicts with --prompts_per_rollout "
+                         f"{prompts_per_rollout}, which sets it to {prompts_per_rollout // update_prompts}.")
+    return prompts_per_rollout, prompts_per_rollout // update_prompts
+
+
+def rollout_chunk(prompts, budget_bytes, vocabulary, prompt_tokens, completion_tokens, logit_bytes=4):
+    """Prompts per generate call and no-grad forward pass of a PPO rollout of `prompts` (per process): all of them in
+    one call where `budget_bytes` holds it, else the largest divisor of `prompts` that fits (at least 1). Without a
+    budget (a CPU), CPU_ROLLOUT_CHUNK.
+
+    What a rollout holds over the vocabulary, at `logit_bytes` per logit (float32): the generation's logits of every
+    completion (prompts x completion tokens, whatever the chunk), twice for a moment while they are padded into one
+    tensor, and a chunk's reference logits (chunk x (prompt + completion tokens)).
+    """
+    if budget_bytes is None:
+        return min(prompts, CPU_ROLLOUT_CHUNK)
+    generated = 2 * prompts * completion_tokens * vocabulary * logit_bytes
+    per_sequence = (prompt_tokens + completion_tokens) * vocabulary * logit_bytes
+    fits = max(1, int((budget_bytes - generated) // per_sequence))
+    return max(chunk for chunk in range(1, prompts + 1) if prompts % chunk == 0 and chunk <= fits)
