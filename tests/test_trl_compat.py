@@ -156,6 +156,7 @@ def tiny_grpo_run(tiny_models, output_dir, trainer_class, resume_from_checkpoint
     each step. Returns the sizes of the generations scored (one reward call per generation) and the final weights."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import RLOOConfig, RLOOTrainer
 
     from rlhf.trl_compat import GRPOConfig
 
@@ -165,7 +166,8 @@ def tiny_grpo_run(tiny_models, output_dir, trainer_class, resume_from_checkpoint
         generations.append(len(completions))
         return [float(sum(map(ord, completion)) % 7) for completion in completions]  # varied: advantages not 0
 
-    args = GRPOConfig(output_dir=str(output_dir), per_device_train_batch_size=2, num_generations=2,
+    config = RLOOConfig if issubclass(trainer_class, RLOOTrainer) else GRPOConfig
+    args = config(output_dir=str(output_dir), per_device_train_batch_size=2, num_generations=2,
                       steps_per_generation=2, max_completion_length=4, max_steps=2, save_steps=1, beta=0.0,
                       learning_rate=1e-2, lr_scheduler_type="constant", use_cpu=True, bf16=False, seed=0,
                       report_to=[], disable_tqdm=True)
@@ -196,6 +198,27 @@ def test_grpo_resumed_inside_a_generation_trains_on_it_as_one_run_does_where_trl
     generations, weights = tiny_grpo_run(tiny_models, tmp_path / "trl", GRPOTrainer, checkpoint)
     assert generations == [4] and any(not torch.equal(expected[name], weights[name]) for name in expected), (
         f"TRL's own GRPOTrainer now resumes inside a generation: {hook} may be obsolete")
+
+
+def test_the_resumable_generation_is_a_piece_trls_rloo_trainer_shares(tiny_models, tmp_path):
+    """TRL 1.16's RLOOTrainer generates and buffers as GRPO's does: `ResumableGeneration` resumes it exactly too."""
+    import torch
+    from trl import RLOOTrainer
+
+    from rlhf.trl_compat import ResumableGeneration
+
+    class ResumableRLOOTrainer(ResumableGeneration, RLOOTrainer):
+        pass
+
+    generations, expected = tiny_grpo_run(tiny_models, tmp_path / "whole", ResumableRLOOTrainer)
+    assert generations == [4], "the tiny RLOO run is not one generation for 2 steps"
+    checkpoint = str(tmp_path / "whole" / "checkpoint-1")
+    generations, weights = tiny_grpo_run(tiny_models, tmp_path / "resumed", ResumableRLOOTrainer, checkpoint)
+    assert generations == [], "the resumed RLOO run generated again instead of training on the saved one"
+    assert all(torch.equal(expected[name], weights[name]) for name in expected)
+    generations, weights = tiny_grpo_run(tiny_models, tmp_path / "trl", RLOOTrainer, checkpoint)
+    assert generations == [4] and any(not torch.equal(expected[name], weights[name]) for name in expected), (
+        "TRL's own RLOOTrainer now resumes inside a generation: ResumableGeneration may be obsolete for it")
 
 
 def test_each_pass_over_the_prompts_gets_the_order_of_that_pass_in_an_uninterrupted_run():

@@ -67,6 +67,7 @@ _WHERE = {
     "GRPOConfig": "trl",
     "GRPOTrainer": "trl",
     "ResumableGRPOTrainer": "rlhf.trl_compat.grpo",
+    "ResumableGeneration": "rlhf.trl_compat.grpo",
     "RewardConfig": "trl",
     "RewardTrainer": "trl",
 }

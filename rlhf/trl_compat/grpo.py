@@ -13,9 +13,12 @@ resumed in a later pass over the prompts draws the first pass's order again. Obs
 differ from one uninterrupted run's (`tests/test_interruption.py`, `tests/test_distributed.py`), and it generates
 where an uninterrupted run trains on its buffer (`tests/test_trl_compat.py`).
 
-Fix: `ResumableGRPOTrainer` saves the buffer and `_step` in each checkpoint (before `trainer_state.json`, which
+Fix: `ResumableGeneration` saves the buffer and `_step` in each checkpoint (before `trainer_state.json`, which
 marks a checkpoint complete), puts them back on resume, and gives the sampler the `set_epoch` that accelerate
-calls before each pass (and a callback, where accelerate's call does not reach it).
+calls before each pass (and a callback, where accelerate's call does not reach it). It is a mixin for any of TRL's
+online trainers built that way: TRL 1.16's `RLOOTrainer` has the same `_step`, `_buffered_inputs`, `RepeatSampler`
+and `beta` (`class ResumableRLOOTrainer(ResumableGeneration, RLOOTrainer)`, tested as GRPO's is).
+`ResumableGRPOTrainer` is it on `GRPOTrainer`, with the adaptive KL coefficient (`--target_kl`).
 """
 
 import json
@@ -52,36 +55,14 @@ def generation_state_file(process_index):
     return f"grpo_generation_{process_index}.pt"
 
 
-class ResumableGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer whose checkpoints hold the generation being trained on, and whose resume puts it back."""
+class ResumableGeneration:
+    """A mixin for TRL's online trainers (GRPO, RLOO), put first among the bases: checkpoints hold the generation
+    being trained on, resume puts it back, and each pass over the prompts draws its uninterrupted run's order."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.train_sampler = None  # built by train()
-        self._beta_step = 0  # the step at which --target_kl last adapted beta
         self.add_callback(_SamplerPass(self))
-
-    def log(self, logs, *args, **kwargs):
-        """A training step's logs get `beta`, the KL coefficient that step trained with; with `--target_kl`, the
-        coefficient then adapts to the step's `kl` (`rlhf.kl_control`), in every process alike (TRL's `kl` is
-        averaged over all processes).
-
-        TRL's GRPOTrainer keeps the step's KL in `_metrics["train"]["kl"]` (one value per pass since the last log,
-        averaged into `logs` by its own `log`) and reads `self.beta` at each loss (trl/trainer/grpo_trainer.py 1.16.0:
-        983, 3150, 3268, 3302)."""
-        kl = [value for value in self._metrics["train"].get("kl", []) if not math.isnan(value)]
-        training = self.model.training and kl
-        if training:
-            logs["beta"] = self.beta
-        super().log(logs, *args, **kwargs)
-        if training and self.args.target_kl:
-            from rlhf.kl_control import adaptive_kl_coef
-
-            steps, self._beta_step = self.state.global_step - self._beta_step, self.state.global_step
-            per_step = (self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
-                        * self.accelerator.num_processes)  # completions per optimizer step
-            self.beta = adaptive_kl_coef(self.beta, sum(kl) / len(kl), self.args.target_kl, steps * per_step,
-                                         self.args.kl_horizon)
 
     def _save_checkpoint(self, model, trial):
         """Each process saves its own buffer first, and all wait for each other before transformers saves: the main
@@ -119,7 +100,6 @@ class ResumableGRPOTrainer(GRPOTrainer):
         self._step = state["step"]
         self._buffered_inputs = send_to_device(state["buffered_inputs"], self.accelerator.device)
         self.beta = state.get("beta", self.beta)  # adapted by --target_kl (not in checkpoints of earlier versions)
-        self._beta_step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
 
     def _issue_warnings_after_load(self, load_result):
         """transformers (5.23: trainer.py `Trainer._issue_warnings_after_load`, called when a checkpoint's weights
@@ -133,6 +113,40 @@ class ResumableGRPOTrainer(GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         self.train_sampler = EpochRepeatSampler(super()._get_train_sampler(dataset))
         return self.train_sampler
+
+
+class ResumableGRPOTrainer(ResumableGeneration, GRPOTrainer):
+    """TRL's GRPOTrainer resumed exactly (`ResumableGeneration`), with the adaptive KL coefficient (--target_kl)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._beta_step = 0  # the step at which --target_kl last adapted beta
+
+    def log(self, logs, *args, **kwargs):
+        """A training step's logs get `beta`, the KL coefficient that step trained with; with `--target_kl`, the
+        coefficient then adapts to the step's `kl` (`rlhf.kl_control`), in every process alike (TRL's `kl` is
+        averaged over all processes).
+
+        TRL's GRPOTrainer keeps the step's KL in `_metrics["train"]["kl"]` (one value per pass since the last log,
+        averaged into `logs` by its own `log`) and reads `self.beta` at each loss (trl/trainer/grpo_trainer.py 1.16.0:
+        983, 3150, 3268, 3302)."""
+        kl = [value for value in self._metrics["train"].get("kl", []) if not math.isnan(value)]
+        training = self.model.training and kl
+        if training:
+            logs["beta"] = self.beta
+        super().log(logs, *args, **kwargs)
+        if training and self.args.target_kl:
+            from rlhf.kl_control import adaptive_kl_coef
+
+            steps, self._beta_step = self.state.global_step - self._beta_step, self.state.global_step
+            per_step = (self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
+                        * self.accelerator.num_processes)  # completions per optimizer step
+            self.beta = adaptive_kl_coef(self.beta, sum(kl) / len(kl), self.args.target_kl, steps * per_step,
+                                         self.args.kl_horizon)
+
+    def restore_generation(self, checkpoint):
+        super().restore_generation(checkpoint)
+        self._beta_step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
 
 
 class _SamplerPass(TrainerCallback):
