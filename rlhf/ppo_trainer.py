@@ -647,7 +647,6 @@ class PPOTrainer(Trainer):
             query, query_response = queries[i : i + chunk], query_responses[i : i + chunk]
             response = query_response[:, context_length:]
             parts["logprobs"].append(selective_log_softmax(logitss[i : i + chunk], response))
-            clear_device_cache()
             if self.ref_model is None:
                 with self.null_ref_context() as reference:
                     ref_output = forward(reference, query_response, pad)
@@ -657,7 +656,6 @@ class PPOTrainer(Trainer):
             ref_logits /= args.temperature + 1e-7
             parts["ref_logprobs"].append(selective_log_softmax(ref_logits, response))
             del ref_output, ref_logits
-            clear_device_cache()
             ended = response
             if self.stop_token_id is not None:  # handle the edge case when stop_token_id exists but is 0
                 ended = truncate_response(self.stop_token_id, pad, response)
@@ -672,8 +670,10 @@ class PPOTrainer(Trainer):
         rollout = SimpleNamespace(query_responses=query_responses, context_length=context_length,
                                   **{name: torch.cat(tensors, 0) for name, tensors in parts.items()})
         del parts, full_value
+        # Ours: the cache is emptied twice per rollout (TRL: after every chunk and mini-batch, ~70 calls a rollout on
+        # a GPU): here, once the generation's logits over the vocabulary are freed, before the update needs the room,
+        # and after the rollout (train()).
         clear_device_cache()
-        gc.collect()
         return rollout
 
     @torch.no_grad()
@@ -717,7 +717,6 @@ class PPOTrainer(Trainer):
         if self.advantages_zeroed:
             advantages.zero_()
         r.advantages = torch.masked_fill(advantages, r.padding_mask, 0)
-        clear_device_cache()
 
     def _update(self, rollout):
         """6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch (its
@@ -767,7 +766,6 @@ class PPOTrainer(Trainer):
                                                 ("ratio", ratio.mean())):
                                 stats[name][at] = value
                 del output, vpred_temp, logits, new_logprobs, vpred, vf_loss, pg_loss, loss, ratio
-                clear_device_cache()
         return stats
 
     @torch.no_grad()

@@ -200,6 +200,30 @@ def test_grpo_resumed_inside_a_generation_trains_on_it_as_one_run_does_where_trl
         f"TRL's own GRPOTrainer now resumes inside a generation: {hook} may be obsolete")
 
 
+def test_grpo_trains_with_the_cpu_vocabulary_tile_and_puts_trls_back(tiny_models, tmp_path):
+    from transformers import TrainerCallback
+    from trl.trainer import utils
+
+    from rlhf.trl_compat.grpo import CPU_VOCABULARY_TILE, ResumableGRPOTrainer
+
+    trls = utils._CHUNKED_LOGPROB_CHUNK_SIZE  # TRL 1.16's name: this fails where TRL moved it
+    assert trls > CPU_VOCABULARY_TILE
+    seen = []
+
+    class Tile(TrainerCallback):
+        def on_step_end(self, *args, **kwargs):
+            seen.append(utils._CHUNKED_LOGPROB_CHUNK_SIZE)
+
+    class Recorded(ResumableGRPOTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.add_callback(Tile())
+
+    tiny_grpo_run(tiny_models, tmp_path / "run", Recorded)
+    assert seen == [CPU_VOCABULARY_TILE] * 2  # in each step of training on the CPU
+    assert utils._CHUNKED_LOGPROB_CHUNK_SIZE == trls  # TRL's own once training ends
+
+
 def test_the_resumable_generation_is_a_piece_trls_rloo_trainer_shares(tiny_models, tmp_path):
     """TRL 1.16's RLOOTrainer generates and buffers as GRPO's does: `ResumableGeneration` resumes it exactly too."""
     import torch

@@ -21,6 +21,7 @@ and `beta` (`class ResumableRLOOTrainer(ResumableGeneration, RLOOTrainer)`, test
 `ResumableGRPOTrainer` is it on `GRPOTrainer`, with the adaptive KL coefficient (`--target_kl`).
 """
 
+import contextlib
 import json
 import logging
 import math
@@ -115,12 +116,41 @@ class ResumableGeneration:
         return self.train_sampler
 
 
+# The vocabulary columns of one tile of TRL 1.16's fused LM head on a CPU (TRL's: 32,768, `trl/trainer/utils.py`
+# `_CHUNKED_LOGPROB_CHUNK_SIZE`). Its CPU backward (`trl/kernels/chunked_logprob.py`, `_backward_tile`) keeps about
+# nine tile-sized float32 temporaries alive at once, over every position of the batch: measured with TRL's own
+# GRPOTrainer at the benchmark's shape, peak RSS 5.56 GB at TRL's tile and 4.36 GB at 4,096, the same losses to the
+# 7 digits printed (docs/performance.md; `bench/lm_head_memory.py`). A GPU runs TRL's Triton kernel: left as it is.
+CPU_VOCABULARY_TILE = 4096
+
+
+@contextlib.contextmanager
+def cpu_vocabulary_tile(device):
+    """Within it, TRL's fused LM head projects onto the vocabulary in tiles of CPU_VOCABULARY_TILE columns where
+    `device` is a CPU. TRL's GRPOConfig has no field for it: its module constant is set for the block alone, and put
+    back after (tests/test_trl_compat.py fails when TRL renames it)."""
+    from trl.trainer import utils
+
+    kept = utils._CHUNKED_LOGPROB_CHUNK_SIZE  # TRL 1.16.0
+    if device.type == "cpu":
+        utils._CHUNKED_LOGPROB_CHUNK_SIZE = min(kept, CPU_VOCABULARY_TILE)
+    try:
+        yield
+    finally:
+        utils._CHUNKED_LOGPROB_CHUNK_SIZE = kept
+
+
 class ResumableGRPOTrainer(ResumableGeneration, GRPOTrainer):
-    """TRL's GRPOTrainer resumed exactly (`ResumableGeneration`), with the adaptive KL coefficient (--target_kl)."""
+    """TRL's GRPOTrainer resumed exactly (`ResumableGeneration`), with the adaptive KL coefficient (--target_kl), and
+    on a CPU its LM head's smaller vocabulary tile (`cpu_vocabulary_tile`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._beta_step = 0  # the step at which --target_kl last adapted beta
+
+    def train(self, *args, **kwargs):
+        with cpu_vocabulary_tile(self.accelerator.device):
+            return super().train(*args, **kwargs)
 
     def log(self, logs, *args, **kwargs):
         """A training step's logs get `beta`, the KL coefficient that step trained with; with `--target_kl`, the
