@@ -18,7 +18,7 @@ from trl import ModelConfig, ScriptArguments
 from rlhf.batches import grpo_batch, grpo_step_prompts, ppo_rollout, ppo_update_prompts
 from rlhf.cli import change, note
 from rlhf.models import DEFAULT_LORA_TARGETS
-from rlhf.processes import launched_engine, launched_processes
+from rlhf.processes import launched_processes
 from rlhf.trl_compat import GRPOConfig, RewardConfig
 
 
@@ -795,9 +795,6 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
                                     launched_processes())
         self.prompts_per_rollout, mini_batches = ppo_rollout(self.prompts_per_rollout, self.num_mini_batches, update)
         change(self, "num_mini_batches", mini_batches, "derived from --prompts_per_rollout")
-        if launched_engine() != "DEEPSPEED":  # said where given: TRL's PPO loop never clips (ours keeps it so)
-            note(self, "max_grad_norm", f"note: --max_grad_norm {self.max_grad_norm} does nothing here: PPO (as "
-                 "TRL's) clips gradients only under DeepSpeed, whose config takes it")
         super().__post_init__()
 
 

@@ -114,7 +114,7 @@ class Parser:
         its `TrainingArguments` is. Nothing for a script without training arguments."""
         if "use_cpu" not in self.known.values():
             return [], []
-        from rlhf.engines import resolve_machine
+        from rlhf.engines import launch_notes, resolve_machine
 
         parsed, _ = self.parser.parse_known_args(args)
         flags, notes = [], []
@@ -123,6 +123,7 @@ class Parser:
             old = getattr(parsed, name)
             if why and old != value:
                 notes.append((name, _changed_line(name, old, value, why), always))
+        notes += [(name, line, False) for name, line in launch_notes(parsed)]  # said where the flag is given
         return flags, notes
 
     def _given_flags(self, args):

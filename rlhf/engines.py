@@ -174,6 +174,17 @@ def resolve_machine(training):
     return changes
 
 
+def launch_notes(training):
+    """What the launch makes of a flag the user gave, said in one `note:` line each where given: [(field, line)].
+    PPO (as TRL's) clips gradients only under DeepSpeed, whose config takes --max_grad_norm."""
+    from rlhf import processes
+
+    if hasattr(training, "num_ppo_epochs") and processes.launched_engine() != "DEEPSPEED":
+        return [("max_grad_norm", f"note: --max_grad_norm {training.max_grad_norm} does nothing here: PPO (as TRL's) "
+                 "clips gradients only under DeepSpeed, whose config takes it")]
+    return []
+
+
 def _gpu_generation(training, count):
     """On a GPU, where decoding is launch-bound, GRPO's and PPO's default prompts generated at once
     (`rlhf.batches.generation_prompts`): GRPO's --prompts_per_generation, PPO's --prompts_per_rollout, where the user
