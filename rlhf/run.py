@@ -43,6 +43,8 @@ MAY_CHANGE = (
     "log_level_replica", "log_completions", "num_completions_to_print",
     "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers", "dataloader_prefetch_factor",
     "bf16", "tf32", "use_cpu", "local_rank",
+    # speed and memory: the same maths (recomputed activations; PPO's rollout generated in other chunks, other draws)
+    "gradient_checkpointing", "local_rollout_forward_batch_size",
     "eval_prompts", "eval_completions", "eval_dataset_name", "eval_steps",  # held-out evaluation: measures only
 )
 

@@ -212,6 +212,23 @@ def test_a_checkpoint_elsewhere_is_compared_with_the_settings_that_produced_it(t
     assert "carries no run_manifest.json" in capsys.readouterr().out
 
 
+def test_speed_and_memory_settings_may_change_on_resume_and_the_maths_may_not(tmp_path):
+    # A quickstart folder trained before its stages kept gradient checkpointing, or a PPO run before its rollout chunk
+    # became the machine's: both go on (the same maths), as bf16 and tf32 do.
+    from dataclasses import make_dataclass
+
+    Memory = make_dataclass("Memory", [("gradient_checkpointing", bool, False),
+                                       ("local_rollout_forward_batch_size", object, 16),
+                                       ("learning_rate", float, 1e-5)])
+    record_launch(tmp_path, "train_ppo.py", [Memory()])
+    make_checkpoint(tmp_path, 3)
+    launch = prepare_output_dir(tmp_path, [Memory(True, None)])
+    assert launch.checkpoint.name == "checkpoint-3"
+    assert launch.changes == {"gradient_checkpointing": [False, True], "local_rollout_forward_batch_size": [16, None]}
+    with pytest.raises(UserError, match="--learning_rate"):
+        prepare_output_dir(tmp_path, [Memory(True, None, 1e-3)])
+
+
 def test_a_checkpoint_without_optimizer_state_is_refused(tmp_path):
     record_launch(tmp_path, "train_grpo.py", [Settings()])
     checkpoint = make_checkpoint(tmp_path, 3, optimizer=False)  # --save_only_model
