@@ -151,8 +151,10 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, cliprange, mask):
 
 
 def entropy(logits):
-    """The entropy of the softmax of `logits` at each position: logsumexp(z) - sum(softmax(z) z)."""
-    return torch.logsumexp(logits, dim=-1) - torch.sum(torch.nn.functional.softmax(logits, dim=-1) * logits, dim=-1)
+    """The entropy of the softmax of `logits` at each position: logsumexp(z) - sum(softmax(z) z). One sequence at a
+    time (ours): the whole batch's softmax and product were two more copies of its logits over the vocabulary."""
+    softmax = torch.nn.functional.softmax
+    return torch.stack([torch.logsumexp(z, dim=-1) - torch.sum(softmax(z, dim=-1) * z, dim=-1) for z in logits])
 
 
 def rollout_without_signal(scores):
