@@ -1,6 +1,7 @@
 """Benchmark GRPO and PPO against TRL's own `trl grpo`: one command per device, a table and a JSON file.
 
-    python bench/benchmark.py --suite gpu             # one CUDA GPU, SmolLM2-135M, 4x4 completions <= 256 tokens
+    python bench/benchmark.py --suite gpu             # one CUDA GPU: ours vs trl grpo, 4x4 completions <= 128 tokens
+    python bench/benchmark.py --suite gpu_ppo         # one CUDA GPU: PPO generating 16 or 64 prompts at a time
     python bench/benchmark.py --suite cpu             # a CPU, the same model, <= 64 tokens
     python bench/benchmark.py --suite gpu --dry_run   # the commands, as they would run on this machine; runs nothing
     python bench/benchmark.py --model tiny --runs grpo trl_grpo   # tiny random models: the wiring, in a minute
@@ -50,14 +51,16 @@ from bench.report import describe_environment, format_progress, print_header, pr
 from rlhf.cli import exit_on_user_error  # noqa: E402 (light: argparse and rlhf.errors)
 from rlhf.errors import UserError  # noqa: E402
 
-# Fixed settings of each suite (flags given on the command line still win). The GPU suite compares pairs (ours and
-# `trl grpo` at identical settings; PPO generating 16 and 64 prompts at a time), 3 ABBA repeats of 2 warm-up and 5
-# measured steps after an untimed warm-up run, sized for 8 minutes on one H100 (estimated from the H200's step
-# times, docs/performance.md: not yet run on a GPU); the CPU suite in under 10 minutes on 2 cores (measured).
+# Fixed settings of each suite (flags given on the command line still win). The GPU suites compare a pair each, 3
+# ABBA repeats of 2 warm-up and 5 measured steps after an untimed warm-up run: `gpu` ours and `trl grpo` at identical
+# settings, `gpu_ppo` PPO generating 16 and 64 prompts at a time; each sized for 8 minutes on one H100 (estimated
+# from the H200's step times, docs/performance.md: not yet run on a GPU). The CPU suite: under 10 minutes on 2 cores
+# (measured).
+GPU_PAIRS = {"model": "bundled", "max_completion_length": 128, "steps": 5, "warmup_steps": 2, "repeats": 3,
+             "warmup_run": True}
 SUITES = {
-    "gpu": {"runs": ["grpo_trl_settings", "trl_grpo", "ppo_chunk16", "ppo_chunk64"], "device": "cuda",
-            "model": "bundled", "max_completion_length": 128, "steps": 5, "warmup_steps": 2, "repeats": 3,
-            "warmup_run": True, "scoring_sequences": 64},
+    "gpu": {"runs": ["grpo_trl_settings", "trl_grpo"], "device": "cuda", **GPU_PAIRS, "scoring_sequences": 64},
+    "gpu_ppo": {"runs": ["ppo_chunk16", "ppo_chunk64"], "device": "cuda", **GPU_PAIRS, "scoring_sequences": 0},
     "cpu": {"runs": ["grpo_trl_settings", "trl_grpo", "grpo", "grpo_lora", "ppo"], "device": "cpu",
             "model": "bundled", "max_completion_length": 64, "steps": 1, "warmup_steps": 1,
             "scoring_sequences": 16},

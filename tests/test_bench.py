@@ -29,7 +29,7 @@ def readme_suites():
     return {suite: (re.findall(r"`(\w+)`", runs), settings) for suite, runs, settings in rows}
 
 
-@pytest.mark.parametrize("suite", ["gpu", "cpu"])
+@pytest.mark.parametrize("suite", ["gpu", "gpu_ppo", "cpu"])
 def test_each_suite_runs_what_the_readme_says(suite):
     args = benchmark.parse_args(["--suite", suite])
     runs, settings = readme_suites()[suite]
@@ -37,8 +37,10 @@ def test_each_suite_runs_what_the_readme_says(suite):
     assert args.model == "bundled" and (args.prompts_per_step, args.num_generations) == (4, 4)
     assert f"up to {args.max_completion_length} tokens" in settings
     assert f"at least {args.steps} measured step" in settings
-    # the GPU suite compares pairs (ours and trl grpo, PPO's two generation chunks); the CPU suite runs the lot once
-    assert (("ppo_chunk16" in runs and "ppo_chunk64" in runs) == (suite == "gpu")) and "trl_grpo" in runs
+    # the GPU suites compare a pair each (ours and trl grpo; PPO's two generation chunks); the CPU suite runs the lot
+    pairs = {"gpu": ["grpo_trl_settings", "trl_grpo"], "gpu_ppo": ["ppo_chunk16", "ppo_chunk64"]}
+    assert pairs.get(suite, runs) == runs
+    assert suite != "cpu" or {"grpo_trl_settings", "trl_grpo", "ppo"} <= set(runs)
     # A flag given on the command line still wins over the suite's.
     assert benchmark.parse_args(["--suite", suite, "--max_completion_length", "32"]).max_completion_length == 32
 
@@ -160,10 +162,14 @@ def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(
     assert commands["trl_grpo"][0].startswith("2 warm-up + 5 measured")
     assert flags_after(commands["trl_grpo"][1], "--max_steps") == ["7"]
     # A GPU's PPO rollout is 64 prompts, generated 16 or 64 at a time: one rollout of warm-up, one measured
+    result = run_script("bench/benchmark.py", "--suite", "gpu_ppo", "--dry_run",
+                        env={"CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
+    blocks = [block.strip().splitlines() for block in result.stdout.split("\n\n")[1:]]
+    commands = {head.split(":")[0]: command.split() for head, _, command in blocks}
+    assert list(commands) == ["ppo_chunk16", "ppo_chunk64"]
     for chunk in (16, 64):
-        assert flags_after(commands[f"ppo_chunk{chunk}"][1], "--local_rollout_forward_batch_size") == [str(chunk)]
-        assert flags_after(commands[f"ppo_chunk{chunk}"][1], "--total_episodes") == [
-            str(2 * GPU_PROMPTS_PER_GENERATION)]
+        assert flags_after(commands[f"ppo_chunk{chunk}"], "--local_rollout_forward_batch_size") == [str(chunk)]
+        assert flags_after(commands[f"ppo_chunk{chunk}"], "--total_episodes") == [str(2 * GPU_PROMPTS_PER_GENERATION)]
     assert not list(tmp_path.glob("rlhf_bench_*"))  # a dry run makes no work folder, not even a temporary one
 
 
