@@ -482,8 +482,9 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         default=None,
         metadata={
             "help": "Prompts whose completions are generated together, then trained on over prompts_per_generation / "
-            "prompts_per_step optimizer steps (a multiple of --prompts_per_step). Default: 64 on a GPU, where "
-            "generation is most of a step and batches well; --prompts_per_step on a CPU. Completions trained on at "
+            "prompts_per_step optimizer steps (a multiple of --prompts_per_step). Default: on a GPU, where "
+            "generation is most of a step and batches well, the smallest multiple of --prompts_per_step that reaches "
+            "64 (64 for the default 4); --prompts_per_step on a CPU. Completions trained on at "
             "later steps come from an older policy: TRL weighs them by the ratio to the old log-probabilities, "
             "clipped at --epsilon."
         },
@@ -664,7 +665,8 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
         metadata={
             "help": "Prompts generated together per rollout (summed over devices), then trained on in mini-batches "
             "of per_device_train_batch_size x gradient_accumulation_steps x processes (sets TRL's "
-            "num_mini_batches). Default: 64 on a GPU, one mini-batch on a CPU; where TRL's --num_mini_batches is "
+            "num_mini_batches). Default: on a GPU the smallest whole number of mini-batches that reaches 64 prompts, "
+            "one mini-batch on a CPU; where TRL's --num_mini_batches is "
             "given, that many mini-batches."
         },
     )
