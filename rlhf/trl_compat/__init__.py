@@ -10,14 +10,19 @@ second; with `check_trl_version()`, which refuses a TRL outside those releases i
 for notices every run would print.
 
 Fixes of TRL or transformers behaviour, each named for what it fixes and citing what goes wrong without it:
-- `rlhf/trl_compat/grpo.py`: `ResumableGRPOTrainer`, TRL's GRPO trainer resumed where it stopped, also inside a
-  generation block and in a later pass over the prompts (TRL 1.12 generates again and draws the first pass's order);
+- `rlhf/trl_compat/grpo.py`: `ResumableGeneration` (a mixin for TRL's online trainers, GRPO's and RLOO's) and
+  `ResumableGRPOTrainer`, TRL's GRPO trainer resumed where it stopped, also inside a generation block and in a later
+  pass over the prompts (TRL 1.12 generates again and draws the first pass's order); on a CPU, its LM head's
+  vocabulary tile (`cpu_vocabulary_tile`: TRL's kept GBs of temporaries in its CPU backward);
 - `ScheduleFromResumedStep` (here): a resumed or continued run's first step at its own schedule's rate
   (transformers gives it the old schedule's rate, 0 at the end of a finished cosine run);
 - `close_progress_bar(trainer)` (here): transformers closes its progress bar only when training ends normally.
 
 `tests/test_trl_compat.py` checks each by behaviour on tiny models, and each fix against TRL's own behaviour
 without it; `loading_whole` is also used by PPO.
+
+What PPO (its own trainer on transformers' `Trainer`, whose `__init__` it skips) needs of transformers' `Trainer`
+beyond the public API: `rlhf/trl_compat/trainer.py`, with a test that names what transformers changed.
 """
 
 import contextlib
