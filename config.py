@@ -282,7 +282,8 @@ def check_sampling(config):
 @dataclass
 class RunDefaults:
     """Defaults and checks shared by the three training configs, placed before TRL's config in their bases (so
-    these defaults win). Its `__post_init__` checks, then hands over to TRL's."""
+    these defaults win). Its `__post_init__` checks the fields all three have (each config checks its own), then
+    hands over to TRL's."""
 
     bf16: bool = field(
         default=False,
@@ -309,21 +310,13 @@ class RunDefaults:
     def __post_init__(self):
         if self.learning_rate <= 0:
             raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
-        if getattr(self, "temperature", 1.0) <= 0:  # PPO's; GRPO's is checked with top_p
-            raise ValueError(f"--temperature must be > 0 for sampling, got {self.temperature}.")
-        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
-                 "max_length", "num_ppo_epochs", "num_mini_batches", "total_episodes", "kl_horizon")
+        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps")
         for name in ("num_train_epochs", "logging_steps", "save_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}.")
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"--max_steps must be >= 1 (or -1: train --num_train_epochs), got {self.max_steps}.")
-        at_least(self, 0, "seed", "top_k")  # a negative seed fails in numpy, a negative top_k in generation
-        at_least(self, 1, "steps_per_generation")
-        if getattr(self, "epsilon", 1) <= 0:  # GRPO's clip range: a negative one trains silently
-            raise ValueError(f"--epsilon must be > 0, got {self.epsilon}.")
-        if getattr(self, "stop_token", "eos") not in ("eos", None):
-            raise ValueError(f"--stop_token {self.stop_token} is not supported; use eos (or none in a YAML config).")
+        at_least(self, 0, "seed")  # a negative seed fails in numpy
         strategy = getattr(self.eval_strategy, "value", self.eval_strategy)
         if not self.EVAL_DATASET and strategy != "no":
             raise ValueError(f"--eval_strategy {strategy} needs an evaluation set, which this script has none of; "
@@ -552,6 +545,10 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
 
     def __post_init__(self):
         check_sampling(self)
+        at_least(self, 1, "max_completion_length", "kl_horizon", "steps_per_generation")
+        at_least(self, 0, "top_k")  # a negative top_k fails in generation
+        if self.epsilon <= 0:  # the clip range: a negative one trains silently
+            raise ValueError(f"--epsilon must be > 0, got {self.epsilon}.")
         if self.target_kl is not None and self.target_kl <= 0:
             raise ValueError(f"--target_kl must be > 0 (or unset for a fixed --beta), got {self.target_kl}.")
         if self.target_kl is not None and self.beta == 0:
@@ -790,8 +787,11 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
             raise ValueError("--target_kl adapts --kl_coef, which is 0 here (a coefficient of 0 never moves); give "
                              "--kl_coef > 0 (e.g. 0.05) or drop --target_kl.")
         check_sampling(self)
-        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps",
-                 "local_rollout_forward_batch_size")
+        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
+                 "local_rollout_forward_batch_size", "num_ppo_epochs", "num_mini_batches", "total_episodes",
+                 "kl_horizon")
+        if self.stop_token not in ("eos", None):
+            raise ValueError(f"--stop_token {self.stop_token} is not supported; use eos (or none in a YAML config).")
         # A GPU's default --prompts_per_rollout is set before the config is built (rlhf.engines.resolve_machine)
         update = ppo_update_prompts(self.per_device_train_batch_size, self.gradient_accumulation_steps,
                                     launched_processes())
@@ -820,6 +820,10 @@ class RewardTrainingConfig(RunDefaults, RewardConfig):
     )
     logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
     save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N optimizer steps."})
+
+    def __post_init__(self):
+        at_least(self, 1, "max_length")
+        super().__post_init__()
 
 
 def at_least(config, minimum, *names):
