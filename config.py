@@ -741,7 +741,9 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
                   "help": "Most tokens generated per completion (TRL's --response_length and --max_new_tokens work "
                   "too)."},
     )
-    stop_token: str | None = field(default="eos", metadata={"help": "Completions end at the EOS token."})
+    stop_token: str | None = field(
+        default="eos", metadata={"help": "Completions end at the EOS token (none: at --stop_token_id instead)."}
+    )
     stop_token_id: int | None = field(
         default=None, metadata={"help": "A stop token by id instead (exclusive with --stop_token)."}
     )
@@ -790,8 +792,14 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
         at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
                  "local_rollout_forward_batch_size", "num_ppo_epochs", "num_mini_batches", "total_episodes",
                  "kl_horizon")
+        if str(self.stop_token).lower() == "none":  # --stop_token none: completions end at --stop_token_id
+            self.stop_token = None
         if self.stop_token not in ("eos", None):
-            raise ValueError(f"--stop_token {self.stop_token} is not supported; use eos (or none in a YAML config).")
+            raise ValueError(f"--stop_token {self.stop_token} is not supported; use eos, or none with "
+                             "--stop_token_id.")
+        if self.stop_token and self.stop_token_id is not None:
+            raise ValueError(f"--stop_token {self.stop_token} and --stop_token_id {self.stop_token_id} both set where "
+                             "completions end; give one (--stop_token none --stop_token_id ID)")
         # A GPU's default --prompts_per_rollout is set before the config is built (rlhf.engines.resolve_machine)
         update = ppo_update_prompts(self.per_device_train_batch_size, self.gradient_accumulation_steps,
                                     launched_processes())

@@ -173,18 +173,10 @@ class PPOTrainer(Trainer):
         if data_collator is None:
             data_collator = DataCollatorWithPadding(self.processing_class)
 
-        # Completions end at the stop token (EOS), which the policy's generation config gets
-        if args.stop_token and args.stop_token_id:
-            raise ValueError("You cannot set both `stop_token` and `stop_token_id`.")
-        elif args.stop_token:
-            if args.stop_token != "eos":
-                raise ValueError(f"Unknown `stop_token` {args.stop_token}. Allowed values are: `'eos'` and `None`.")
-            self.policy_model.generation_config.eos_token_id = self.stop_token_id = processing_class.eos_token_id
-        else:
-            self.policy_model.generation_config.eos_token_id = self.stop_token_id = args.stop_token_id  # None or int
-        if args.kl_estimator not in {"k1", "k3"}:
-            raise ValueError("kl_estimator must be either 'k1' (straightforward, unbiased) or 'k3' (lower variance, "
-                             "unbiased). See http://joschu.net/blog/kl-approx.html.")
+        # Completions end at the stop token (EOS), which the policy's generation config gets (the config checked
+        # --stop_token and --stop_token_id: config.PPOTrainingConfig)
+        stop = processing_class.eos_token_id if args.stop_token == "eos" else args.stop_token_id  # None or an id
+        self.policy_model.generation_config.eos_token_id = self.stop_token_id = stop
 
         # PEFT: the policy gets the adapter; the reference is the policy with it disabled
         if peft_config is not None:

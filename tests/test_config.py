@@ -167,7 +167,8 @@ def test_out_of_range_values_are_refused_in_one_line():
     ("grpo", ["--kl_horizon", "0"], "--kl_horizon must be >= 1, got 0"),
     ("grpo", ["--temperature", "0"], "--temperature must be > 0"),
     ("grpo", ["--prompts_per_step", "0", "--steps_per_generation", "0"], "--steps_per_generation must be >= 1, got 0"),
-    ("ppo", ["--stop_token", "bos"], "--stop_token bos is not supported; use eos"),
+    ("ppo", ["--stop_token", "bos"], "--stop_token bos is not supported; use eos, or none with --stop_token_id"),
+    ("ppo", ["--stop_token_id", "2"], "--stop_token eos and --stop_token_id 2 both set where completions end"),
     ("ppo", ["--num_mini_batches", "0"], "--num_mini_batches must be >= 1, got 0"),
     ("ppo", ["--local_rollout_forward_batch_size", "0"], "--local_rollout_forward_batch_size must be >= 1, got 0"),
     ("grpo", ["--model_revision", "v2"], "--model_revision v2 is not supported"),
@@ -199,6 +200,15 @@ def test_sizes_lengths_ranks_and_counts_below_their_minimum_are_refused(script, 
     with pytest.raises(UserError) as error:
         parse_args(types, flags)
     assert message in str(error.value)
+
+
+def test_ppo_completions_end_at_eos_or_at_a_stop_token_id_given_with_stop_token_none():
+    from config import PPOModelArguments, PPOTrainingConfig
+
+    ppo_types = (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)
+    ppo = parse_args(ppo_types, ["--stop_token", "none", "--stop_token_id", "2"])[-1]
+    assert (ppo.stop_token, ppo.stop_token_id) == (None, 2)
+    assert parse_args(ppo_types, [])[-1].stop_token == "eos"
 
 
 def test_ppo_config_defaults_and_checks():
