@@ -163,6 +163,7 @@ class PPOTrainer(Trainer):
                 eprint       = {arXiv:1909.08593}
             }"""),  # noqa: E501
     }
+
     def __init__(self, args, processing_class, model, ref_model, reward_model, train_dataset, value_model,
                  data_collator=None, optimizers=(None, None), callbacks=None, peft_config=None):
         if ref_model is model:
