@@ -96,6 +96,8 @@ def kl_penalized_rewards(scores, logprobs, ref_logprobs, sequence_lengths, kl_co
     one position after the completion's last token (where the value model reads the sequence that includes it), or at
     the last position when the completion fills the whole length.
     """
+    if kl_estimator not in ("k1", "k3"):
+        raise ValueError(f"kl_estimator must be k1 or k3, got {kl_estimator!r}")
     logr = ref_logprobs - logprobs
     kl = -logr if kl_estimator == "k1" else (logr.exp() - 1) - logr
     non_score_reward = -kl_coef * kl

@@ -144,6 +144,8 @@ def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_af
     _, k3, _ = kl_penalized_rewards(scores, logprobs, ref_logprobs, ends, kl_coef=0.1, kl_estimator="k3")
     # k3: (r - 1) - log r, r = p_ref / p: never negative
     assert k3[0].tolist() == pytest.approx([math.exp(-0.5) - 0.5, 0.0, math.exp(0.5) - 1.5])
+    with pytest.raises(ValueError, match="kl_estimator must be k1 or k3, got 'k2'"):  # not k3 by default
+        kl_penalized_rewards(scores, logprobs, ref_logprobs, ends, kl_coef=0.1, kl_estimator="k2")
 
 
 @pytest.mark.parametrize("gamma, lam, advantages, returns", [
