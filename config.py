@@ -557,8 +557,8 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         if self.batch_size is not None:
             self._batch_from_batch_size()
         if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
-            trl_batch = (self.gradient_accumulation_steps, self.generation_batch_size, self.steps_per_generation)
-            self.prompts_per_step = grpo_step_prompts(None, None, None, trl_batch != (None, None, None),
+            self.prompts_per_step = grpo_step_prompts(None, None, self.gradient_accumulation_steps,
+                                                      self.generation_batch_size, self.steps_per_generation,
                                                       launched_processes())
             if self.gradient_accumulation_steps and self.per_device_train_batch_size:
                 # said always: a flag that elsewhere multiplies prompts multiplies completions here
@@ -589,7 +589,7 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
             raise ValueError(f"--batch_size {self.batch_size} and --prompts_per_step {self.prompts_per_step} both set "
                              "the prompts of a step; give one (--prompts_per_step counts prompts per optimizer step)")
         accumulation, processes = self.gradient_accumulation_steps or 1, launched_processes()
-        self.prompts_per_step = grpo_step_prompts(None, self.batch_size, accumulation, False, processes)
+        self.prompts_per_step = grpo_step_prompts(None, self.batch_size, accumulation, None, None, processes)
         self.per_device_train_batch_size = self.batch_size * self.num_generations
         passes = f", {accumulation} passes" if accumulation > 1 else ""
         devices = f" on each of {processes} processes" if processes > 1 else ""

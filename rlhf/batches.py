@@ -24,13 +24,16 @@ def generation_prompts(step_prompts, on_gpu):
     return step_prompts * math.ceil(GPU_PROMPTS_PER_GENERATION / step_prompts)
 
 
-def grpo_step_prompts(prompts_per_step, batch_size, gradient_accumulation_steps, trl_batch_given, processes):
+def grpo_step_prompts(prompts_per_step, batch_size, gradient_accumulation_steps, generation_batch_size,
+                      steps_per_generation, processes):
     """GRPO's prompts per optimizer step: as given; from a hand-written GRPO's `--batch_size` (prompts per pass and
-    device); 0 where TRL's own batch flags are given instead (used as they are); else 4."""
+    device); 0 where TRL's own batch flags (gradient_accumulation_steps, generation_batch_size,
+    steps_per_generation) are given instead, to be used as they are; else 4."""
     if batch_size is not None:
         return batch_size * (gradient_accumulation_steps or 1) * processes
     if prompts_per_step is None:
-        return 0 if trl_batch_given else 4
+        trl_batch = (gradient_accumulation_steps, generation_batch_size, steps_per_generation)
+        return 0 if trl_batch != (None, None, None) else 4
     return prompts_per_step
 
 

@@ -192,10 +192,8 @@ def _gpu_generation(training, count):
     from rlhf.batches import generation_prompts, grpo_step_prompts, ppo_update_prompts
 
     if getattr(training, "prompts_per_generation", 0) is None:  # GRPO
-        trl_batch = (training.gradient_accumulation_steps, training.generation_batch_size,
-                     training.steps_per_generation) != (None, None, None)
         step = grpo_step_prompts(training.prompts_per_step, training.batch_size, training.gradient_accumulation_steps,
-                                 trl_batch, count)
+                                 training.generation_batch_size, training.steps_per_generation, count)
         return [("prompts_per_generation", generation_prompts(step, True), None, False)] if step else []
     if getattr(training, "prompts_per_rollout", 0) is None and training.num_mini_batches is None:  # PPO
         update = ppo_update_prompts(training.per_device_train_batch_size, training.gradient_accumulation_steps, count)

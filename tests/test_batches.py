@@ -22,11 +22,13 @@ def test_a_gpu_generates_the_smallest_whole_multiple_of_a_step_that_reaches_64_p
 
 
 def test_grpo_counts_prompts_per_step_from_its_flag_a_hand_written_batch_size_or_trls_flags():
-    assert grpo_step_prompts(None, None, None, trl_batch_given=False, processes=1) == 4  # the default
-    assert grpo_step_prompts(8, None, None, trl_batch_given=False, processes=2) == 8  # given: over all processes
-    assert grpo_step_prompts(None, None, 4, trl_batch_given=True, processes=1) == 0  # TRL's flags, used as they are
+    assert grpo_step_prompts(None, None, None, None, None, processes=1) == 4  # the default
+    assert grpo_step_prompts(8, None, None, None, None, processes=2) == 8  # given: over all processes
+    assert grpo_step_prompts(None, None, 4, None, None, processes=1) == 0  # TRL's flags, used as they are
+    assert grpo_step_prompts(None, None, None, 64, None, processes=1) == 0
+    assert grpo_step_prompts(None, None, None, None, 2, processes=1) == 0
     # --batch_size 2 per pass and device, 3 passes, 2 processes
-    assert grpo_step_prompts(None, 2, 3, trl_batch_given=True, processes=2) == 12
+    assert grpo_step_prompts(None, 2, 3, None, None, processes=2) == 12
 
 
 def test_grpo_translates_prompts_into_trls_completion_counted_batch():
