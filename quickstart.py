@@ -31,10 +31,13 @@ from rlhf.lock import lock_output_dir
 
 ROOT = Path(__file__).resolve().parent
 PREFERENCE_TRAIN_ROWS = 320  # the rest of the 400 shipped pairs are held out for evaluation
-# A worked example: without it SmolLM2 boxes ~2% of its answers and nearly all of those boxes are empty; with it
-# (and the instruction that ends every question) ~11%, enough spread within a group of 8 for GRPO to learn from.
+# A worked example that ends "The answer is \boxed{5}". The base on 120 training problems x 2 (docs/results.md, "A
+# prompt that boxes"): with no example it boxes ~2% of its answers, nearly all of those boxes empty; with an example
+# ending in a bare "\boxed{5}", 5%, 0.8% right; ending in "The answer is \boxed{5}", 45%, 10.8% right: thirteen
+# times the right answers GRPO and PPO can learn from (the reward is the same).
 MATH_SYSTEM_PROMPT = (
-    "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. \\boxed{5}"
+    "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. The answer is "
+    "\\boxed{5}"
 )
 # Only a correct answer that ends pays (boxed_answer 1 / 0 / 0; a completion cut off at the length limit, 0);
 # boxed_format is logged, not paid. Paid at weight 1 (with the seeds' 1 / -1 / -0.5), a boxed wrong answer earned 0
