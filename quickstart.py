@@ -85,14 +85,10 @@ SETTINGS = {
         "grpo_eval": ["--eval_prompts", "16", "--eval_completions", "2"],  # 3 evaluations: about +20% to GRPO
         # PPO on the same reward as GRPO (no missing-EOS penalty), its value model from the policy. One PPO epoch: an
         # epoch trains the policy and a 135M value model, and 2 epochs over rollouts of 32 took 409 s a rollout; one
-        # over 16 takes ~60 s. At lr 3e-5 and GAE lambda 0.95 it lifts held-out accuracy by +12.5, +6.7 and +15.0
-        # points at seeds 42, 2 and 3; at seed 1, whose rollouts 1, 2 and 4 boxed nothing (PPO's default gives such a
-        # rollout advantages of 0), +1.7 (+0.0 to +3.8; +0.8 when TRL whitened them). A value head starting at 0, with
-        # lambda 1.0 or with each score less its rollout's mean, rescued seed 1 (+22.9, +20.0) and lost seed 42 (-0.8
-        # both); sampling at top_p 0.9, as GRPO does here, rescued seed 1 (+14.6) and lost seed 2 (+3.3, +0.0 to +6.7):
-        # docs/results.md, "Why PPO learns at some seeds and not others" and "PPO sampling: top_p 0.9". It keeps TRL's
-        # decaying learning rate: held constant, as on the reward-model task, it gained +3.3 at seed 42 and +0.4 at
-        # seed 1.
+        # over 16 takes ~45 s. On this reward PPO gains at no seed measured with this prompt (docs/results.md, "A
+        # prompt that boxes"): with one or two right answers in a rollout of 16 its policy drifts (longer answers, or
+        # fewer boxes) rather than learns. Tried under the earlier reward (top_p 0.9, a constant learning rate, a
+        # value head from 0, more rollouts, the missing-EOS penalty): none gained at every seed (docs/results.md).
         "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "48",
                 "--missing_eos_penalty", "0", "--save_steps", "6"],
