@@ -45,9 +45,9 @@ MATH_SYSTEM_PROMPT = (
 MATH_REWARDS = ["--reward_funcs", "boxed_answer", "boxed_format", "--reward_weights", 1, 0]
 
 # Settings per task and machine, chosen by measurement (docs/results.md) so that each CPU run takes at most 25
-# minutes on 2 cores (commit f54201c: math 14 min 35 s to 15 min 25 s, reward model 13 min 19 s to 15 min 27 s) and
-# each stage peaks under 8 GB of RSS (at most 6.45 GB): GRPO and PPO keep gradient checkpointing, their default (2
-# steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
+# minutes on 2 cores (math 15 min 18 s to 16 min 8 s at commit 3dd11ba, reward model 13 min 19 s to 15 min 27 s
+# at f54201c) and each stage peaks under 8 GB of RSS (at most 6.45 GB): GRPO and PPO keep gradient checkpointing,
+# their default (2 steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
