@@ -56,3 +56,13 @@ def test_readme_opens_with_the_two_fresh_machine_commands_and_ci_runs_the_second
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "python -m pytest tests -q" in [line.split("&&")[-1].strip() for line in ci.splitlines()]
     assert len(readme.splitlines()) <= 250  # a front door; the detail lives in docs/
+
+
+def test_the_rewards_page_shows_the_math_system_prompt_the_quickstart_uses():
+    """docs/rewards.md says its math examples carry the quickstart's worked example: they cannot drift apart."""
+    import quickstart
+
+    examples = FENCE.findall((ROOT / "docs" / "rewards.md").read_text(encoding="utf-8"))
+    prompts = [line.split('--system_prompt "')[1].rstrip('"') for block in examples for line in block.splitlines()
+               if '--system_prompt "' in line]
+    assert prompts and set(prompts) == {quickstart.MATH_SYSTEM_PROMPT}
