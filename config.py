@@ -710,6 +710,18 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
     whiten_rewards: bool = field(
         default=False, metadata={"help": "Whiten the per-token rewards over the rollout (every process's) before GAE."}
     )
+    whiten_advantages: bool = field(
+        default=True,
+        metadata={"help": "Scale the rollout's advantages (every process's) to mean 0 and variance 1, as TRL does. "
+                  "false keeps GAE's advantages: a rollout with one rewarded completion then pushes up that one "
+                  "instead of pushing down every other (ours)."},
+    )
+    value_head_init: Literal["random", "zero"] = field(
+        default="random",
+        metadata={"help": "The value model's one-output head when a run starts: random (transformers' start, TRL's) "
+                  "or zero: every value starts at 0, so with --lam 1.0 the first advantages are the rewards, without "
+                  "an untrained critic's noise (ours). A resumed run keeps its checkpoint's head."},
+    )
     cliprange: float = field(
         default=0.2, metadata={"aliases": ["--clip_range", "--clip-range"],
                                "help": "Clip range of the policy ratio (--clip_range works too)."}

@@ -85,13 +85,16 @@ SETTINGS = {
         "grpo_eval": ["--eval_prompts", "16", "--eval_completions", "2"],  # 3 evaluations: about +20% to GRPO
         # PPO on the same reward as GRPO (no missing-EOS penalty), its value model from the policy. One PPO epoch: an
         # epoch trains the policy and a 135M value model, and 2 epochs over rollouts of 32 took 409 s a rollout; one
-        # over 16 takes ~45 s. On this reward PPO gains at no seed measured with this prompt (docs/results.md, "A
-        # prompt that boxes"): with one or two right answers in a rollout of 16 its policy drifts (longer answers, or
-        # fewer boxes) rather than learns. Tried under the earlier reward (top_p 0.9, a constant learning rate, a
-        # value head from 0, more rollouts, the missing-EOS penalty): none gained at every seed (docs/results.md).
+        # over 16 takes ~45 s. No untrained critic's push: --lam 1.0 (GAE's values cancel to a baseline), the value
+        # head at 0, the advantages not whitened (one right answer in 16 pushes itself up, not the 15 others down).
+        # With TRL's --lam 0.95, random head and whitening, PPO gained at none of 6 CPU seeds (its policy drifted:
+        # longer answers, or one step undid the box); with these, +12.9 to +22.1 points at 5 of the 6: at 42 and 1
+        # (chosen there) and at the checks 29, 31 and 3, not at 2 (+1.2) (docs/results.md, "PPO without an
+        # untrained critic's push").
         "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "48",
-                "--missing_eos_penalty", "0", "--save_steps", "6"],
+                "--missing_eos_penalty", "0", "--save_steps", "6",
+                "--lam", "1.0", "--value_head_init", "zero", "--whiten_advantages", "false"],
         "ppo_eval": ["--eval_prompts", "16", "--eval_completions", "2", "--eval_steps", "3"],
     },
 }

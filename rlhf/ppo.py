@@ -72,9 +72,14 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else value_model_source(training_args, start)
     if not resume_from and not training_args.value_model_path and value_source == start and is_main_process():
         # transformers reports the new head as MISSING weights: say why
-        print(f"value model: the policy {model_args.model_name_or_path} with a new one-output head (no reward model "
-              "scores; --value_model_path starts it elsewhere)", flush=True)
+        head = "at 0" if training_args.value_head_init == "zero" else "(random)"
+        print(f"value model: the policy {model_args.model_name_or_path} with a new one-output head {head} (no reward "
+              "model scores; --value_model_path starts it elsewhere)", flush=True)
     value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
+    if not resume_from and training_args.value_head_init == "zero":
+        torch.nn.init.zeros_(value_model.score.weight)  # every value 0 until the value model learns
+        if value_model.score.bias is not None:
+            torch.nn.init.zeros_(value_model.score.bias)
     # Finished completions are filled with pad, not EOS, so that val/num_eos_tokens counts completions that ended.
     policy.generation_config.pad_token_id = tokenizer.pad_token_id
     return policy, ref_policy, reward_model, value_model

@@ -30,8 +30,9 @@ Changed from TRL's (each marked "ours:" where it happens):
 - a rollout whose scores are all equal trained on with advantages of 0 (`skip_rollouts_without_signal`);
 - adaptive KL (`target_kl`), completion lengths and each reward function in the logs;
 - checkpoints that hold the value model, the KL coefficient and the data order, and `resume()` from one;
-- the advantages (and rewards) whitened with the whole rollout's statistics, every process's; a rollout without
-  signal spends no learning-rate step;
+- the advantages (and rewards) whitened with the whole rollout's statistics, every process's, and the advantages only
+  with `whiten_advantages` (on by default; `rlhf.ppo` may start the value head at 0); a rollout without signal spends
+  no learning-rate step;
 - the maths as pure functions, `train()` a loop of four phases; TRL's sample table, multi-adapter reference and
   push to the Hub left out.
 
@@ -480,8 +481,10 @@ class PPOTrainer(Trainer):
             rewards = torch.masked_fill(rewards, r.padding_mask_p1, 0)
         # 4. Advantages by GAE; the value model learns the returns A + V.
         advantages, r.returns = gae(rewards, r.values, args.gamma, args.lam)
-        # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1.
-        advantages = masked_whiten(advantages, ~r.padding_mask, total=total)
+        # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1 (ours: only
+        # with whiten_advantages; unwhitened, one right answer in 16 pushes itself up, not the 15 others down).
+        if args.whiten_advantages:
+            advantages = masked_whiten(advantages, ~r.padding_mask, total=total)
         # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would still
         # get advantages of unit size: GAE's noise (the value model's errors, the KL penalty and, with lam < 1, a
         # push against the last token, EOS), a full PPO step. With skip_rollouts_without_signal they are 0 (GRPO's

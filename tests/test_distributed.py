@@ -93,7 +93,13 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     assert all(torch.equal(final[name], checkpoint[name]) for name in final)
 
 
-def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_completions(tiny_models, tmp_path):
+# The math quickstart's PPO: GAE's advantages unwhitened, the value head from 0 (quickstart.py's math settings)
+MATH_QUICKSTART_PPO = ("--lam", "1.0", "--value_head_init", "zero", "--whiten_advantages", "false")
+
+
+@pytest.mark.parametrize("flags", [(), MATH_QUICKSTART_PPO], ids=["trl", "math-quickstart"])
+def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_completions(tiny_models, tmp_path,
+                                                                                              flags):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "ppo"
@@ -101,7 +107,7 @@ def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_
     # judged per process every rollout had its advantages zeroed and the policy never trained. The tiny reward model's
     # scores differ from completion to completion: every rollout has signal.
     result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4",
-                                                  "--per_device_train_batch_size", "1"), processes=2)
+                                                  "--per_device_train_batch_size", "1", *flags), processes=2)
     assert_ok(result)
     logged = scalars(out)
     assert [value for _, value in logged["train/objective/advantages_zeroed"]] == [0.0, 0.0]

@@ -210,3 +210,25 @@ def test_entropy_of_logits():
 
     values = entropy(torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]]))
     assert values.tolist() == pytest.approx([math.log(2), -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))])
+
+
+@pytest.mark.parametrize("init", ["random", "zero"])
+def test_the_value_models_new_head_starts_random_or_at_zero(tiny_models, tmp_path, init):
+    """--value_head_init zero: every value is 0 at the first rollout, so with --lam 1.0 its advantages are the rewards
+    (no untrained critic's noise); random is transformers' start, TRL's."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
+    from rlhf.cli import parse_args
+    from rlhf.ppo import load_ppo_models
+
+    model_args, _, training_args = parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), [
+        "--model_name_or_path", str(tiny_models["policy"]), "--reward_funcs", "boxed_answer",
+        "--value_head_init", init, "--output_dir", str(tmp_path / "out")])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    policy, _, _, value_model = load_ppo_models(model_args, training_args, tokenizer)
+    values = value_model(torch.tensor([[5, 6, 7, 8]])).logits
+    assert torch.all(values == 0).item() == (init == "zero")
+    # the body is the policy's either way: only the head differs
+    assert torch.equal(value_model.model.embed_tokens.weight, policy.model.embed_tokens.weight)

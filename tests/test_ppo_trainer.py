@@ -338,6 +338,36 @@ def test_a_rollout_without_signal_gets_advantages_of_0_and_moves_only_the_value_
     assert value_moved  # the returns the value model learns are computed before the advantages are whitened
 
 
+@pytest.mark.parametrize("whiten", [True, False])
+def test_advantages_are_gaes_scaled_to_mean_0_and_variance_1_only_when_whitened(hooks, whiten):
+    """--whiten_advantages false keeps GAE's advantages: a rollout with one rewarded completion pushes that one up
+    instead of pushing every other down (whitened, the others' advantages all turn negative)."""
+    import torch
+
+    import rlhf.ppo_trainer as ppo_trainer
+
+    hooks.reward_model = _Scores(equal=False)
+    hooks.args.whiten_advantages = whiten
+    seen, real_gae, real_advantages = [], ppo_trainer.gae, hooks._advantages
+
+    def advantages(rollout):
+        real_advantages(rollout)
+        seen.append(rollout)
+
+    ppo_trainer.gae = lambda *args: seen.append(real_gae(*args)) or seen[-1]
+    try:
+        hooks._advantages = advantages
+        hooks.train()
+    finally:
+        ppo_trainer.gae = real_gae
+    (gae_advantages, _), rollout = seen[0], seen[1]
+    kept = ~rollout.padding_mask
+    assert torch.equal(rollout.advantages[kept], gae_advantages[kept]) != whiten
+    if whiten:
+        assert abs(rollout.advantages[kept].mean().item()) < 1e-5
+        assert rollout.advantages[kept].var().item() == pytest.approx(1.0, abs=1e-3)  # TRL: the unbiased variance
+
+
 # ---- A golden run: the numbers this PPO gives, pinned ----
 
 # A tiny run of 2 rollouts of 4 prompts (2 mini-batches of 1 prompt x 2 accumulated, 2 PPO epochs) at a learning rate
