@@ -232,3 +232,20 @@ def test_the_value_models_new_head_starts_random_or_at_zero(tiny_models, tmp_pat
     assert torch.all(values == 0).item() == (init == "zero")
     # the body is the policy's either way: only the head differs
     assert torch.equal(value_model.model.embed_tokens.weight, policy.model.embed_tokens.weight)
+
+
+def test_one_right_answer_in_four_pushes_the_other_three_down_only_when_whitened():
+    """Why the math quickstart's PPO keeps GAE's advantages: with the value head at 0 and lam 1.0 a rollout whose one
+    completion in four scored 1 gives that one's tokens advantage 1 and the others' 0; whitened, the other three's
+    turn negative (each pushed down, and with it whatever the wrong answers share, the box or EOS)."""
+    import torch
+
+    from rlhf.ppo_maths import gae, masked_whiten
+
+    rewards = torch.zeros(4, 3)
+    rewards[0, -1] = 1.0  # the score, after the first completion's last token
+    advantages, returns = gae(rewards, torch.zeros(4, 3), 1.0, 1.0)
+    assert advantages[0].tolist() == [1.0, 1.0, 1.0] and advantages[1:].abs().sum().item() == 0
+    assert torch.equal(returns, advantages)  # values of 0: the value model learns the returns
+    whitened = masked_whiten(advantages, torch.ones(4, 3, dtype=torch.bool))
+    assert (whitened[0] > 1).all() and (whitened[1:] < 0).all()

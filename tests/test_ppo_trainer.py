@@ -339,9 +339,9 @@ def test_a_rollout_without_signal_gets_advantages_of_0_and_moves_only_the_value_
 
 
 @pytest.mark.parametrize("whiten", [True, False])
-def test_advantages_are_gaes_scaled_to_mean_0_and_variance_1_only_when_whitened(hooks, whiten):
-    """--whiten_advantages false keeps GAE's advantages: a rollout with one rewarded completion pushes that one up
-    instead of pushing every other down (whitened, the others' advantages all turn negative)."""
+def test_advantages_are_gaes_scaled_to_mean_0_and_variance_1_only_when_whitened(hooks, monkeypatch, whiten):
+    """--whiten_advantages false keeps GAE's advantages as the trainer computed them; whitened (TRL's), they are the
+    rollout's scaled to mean 0 and variance 1."""
     import torch
 
     import rlhf.ppo_trainer as ppo_trainer
@@ -354,12 +354,9 @@ def test_advantages_are_gaes_scaled_to_mean_0_and_variance_1_only_when_whitened(
         real_advantages(rollout)
         seen.append(rollout)
 
-    ppo_trainer.gae = lambda *args: seen.append(real_gae(*args)) or seen[-1]
-    try:
-        hooks._advantages = advantages
-        hooks.train()
-    finally:
-        ppo_trainer.gae = real_gae
+    monkeypatch.setattr(ppo_trainer, "gae", lambda *args: seen.append(real_gae(*args)) or seen[-1])
+    monkeypatch.setattr(hooks, "_advantages", advantages)
+    hooks.train()
     (gae_advantages, _), rollout = seen[0], seen[1]
     kept = ~rollout.padding_mask
     assert torch.equal(rollout.advantages[kept], gae_advantages[kept]) != whiten
