@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import quickstart
 from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars, start_script, wait_for
 
 pytestmark = pytest.mark.slow
@@ -93,11 +94,7 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     assert all(torch.equal(final[name], checkpoint[name]) for name in final)
 
 
-# The math quickstart's PPO: GAE's advantages unwhitened, the value head from 0 (quickstart.py's math settings)
-MATH_QUICKSTART_PPO = ("--lam", "1.0", "--value_head_init", "zero", "--whiten_advantages", "false")
-
-
-@pytest.mark.parametrize("flags", [(), MATH_QUICKSTART_PPO], ids=["trl", "math-quickstart"])
+@pytest.mark.parametrize("flags", [(), quickstart.MATH_PPO_CRITIC], ids=["trl", "math-quickstart"])
 def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_completions(tiny_models, tmp_path,
                                                                                               flags):
     from transformers import AutoModelForCausalLM
