@@ -17,6 +17,7 @@ files             files written whole or not at all
 guard             Ctrl-C/SIGTERM in training (finish the step, save, exit 130) and non-finite values (stop, exit 1)
 health            health checks during training: one line per alarm, health/ scalars
 heldout           held-out evaluation during training: eval/ scalars with intervals, the best checkpoint
+json_rows         the first malformed row of a JSON / JSON Lines data file, named by its line
 kl_control        the adaptive KL controller (--target_kl) of PPO and GRPO
 lock              one run per output folder (an OS lock; a dead run's is taken over)
 manifest          run_manifest.json: what produced an output folder

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rlhf.bundled import PREFERENCES
 from rlhf.errors import UserError, first_line
+from rlhf.json_rows import find_bad_row
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def load_rows(dataset_name, split="train", max_samples=None):
             )
         if not path.read_bytes().strip():
             raise UserError(f"dataset file {path} is empty; it needs one row per prompt (or preference pair)")
-        with _read_errors(dataset_name):
+        with _read_errors(dataset_name, [path] if kind == "json" else []):
             dataset = datasets.load_dataset(kind, data_files=str(path), split="train")
     elif path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
         with _read_errors(dataset_name):
@@ -72,7 +73,8 @@ def load_rows(dataset_name, split="train", max_samples=None):
                 f"dataset folder {path} holds no data files ({', '.join(sorted(LOCAL_FORMATS))}) and no dataset "
                 "saved with save_to_disk; point --dataset_name at a data file or at such a folder"
             )
-        with _read_errors(dataset_name):
+        json_files = sorted(file for file in path.rglob("*") if LOCAL_FORMATS.get(file.suffix.lower()) == "json")
+        with _read_errors(dataset_name, json_files):
             dataset = _pick_split(datasets.load_dataset(str(path)), split, dataset_name)
     else:
         check_dataset_source(dataset_name)
@@ -98,28 +100,37 @@ def _in_datasets_cache(dataset_name):
 
 
 @contextmanager
-def _read_errors(dataset_name):
+def _read_errors(dataset_name, json_files=()):
     """Turn what `datasets` raises for an empty or malformed local dataset into one line naming it.
 
     An empty JSON file raises StopIteration, a header-only CSV or 0-row parquet a ValueError ("corresponds to no
     data"), an empty saved dataset an IndexError, a malformed file a DatasetGenerationError (a file that is not
-    parquet at all an ArrowInvalid, before generation starts).
+    parquet at all an ArrowInvalid, before generation starts). A failure on `json_files` is said by their first
+    bad line (`find_bad_row`).
     """
     import datasets
     import pyarrow
 
+    readers = logging.getLogger("datasets.packaged_modules")  # their failure logs would repeat the line said here
+    level = readers.level
+    readers.setLevel(logging.CRITICAL)
     try:
         yield
     except (StopIteration, IndexError):
         raise UserError(f"dataset {dataset_name} has no rows; check the file(s)") from None
-    except ValueError as error:
+    except (ValueError, TypeError, datasets.exceptions.DatasetGenerationError) as error:
+        bad_row = find_bad_row(json_files)
+        if bad_row:
+            raise UserError(f"dataset {bad_row}") from None
         if "corresponds to no data" in str(error):
             raise UserError(f"dataset {dataset_name} has no rows (a header alone, or an empty table)") from None
+        if isinstance(error, datasets.exceptions.DatasetGenerationError):
+            raise _unreadable(dataset_name, error.__cause__ or error) from None
         if not isinstance(error, pyarrow.ArrowException):
             raise
         raise _unreadable(dataset_name, error) from None
-    except datasets.exceptions.DatasetGenerationError as error:
-        raise _unreadable(dataset_name, error.__cause__ or error) from None
+    finally:
+        readers.setLevel(level)
 
 
 def _unreadable(dataset_name, cause):

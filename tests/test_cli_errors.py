@@ -3,6 +3,7 @@
 Run in-process (`run_cli`): each stops before any training, so a new Python process would only add import time.
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -461,13 +462,41 @@ def test_a_classifier_of_several_outputs_as_the_ppo_value_model_is_refused(tiny_
 
 @pytest.mark.slow
 def test_a_file_that_is_not_parquet_is_one_line(tiny_models, tmp_path):
-    # In a new process: `datasets` logs the failure with its traceback attached, which in-process goes to whatever
-    # stream an earlier test left its logging handler on; a user's run shows one log line, then the error.
+    # In a new process: all a user sees, where `datasets` logs its own account of the failure (held back: the
+    # error line says it).
     data = tmp_path / "data.parquet"
     data.write_text("not a parquet file")
     result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--dataset_name", data)
     assert f"cannot read dataset {data} (ArrowInvalid: " in error_line(result)
+    assert "Failed to" not in result.stdout + result.stderr
     assert not (tmp_path / "out" / "run_manifest.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_reward_model.py", "train_grpo.py", "train_ppo.py",
+                                    "evaluate_generations.py"])
+@pytest.mark.parametrize("bad", ["cut-short", "type-change"])
+def test_a_malformed_data_row_is_one_line_naming_its_file_and_line(tiny_models, tmp_path, script, bad):
+    """Once a pyarrow or pandas traceback (exit 1) that named no line. In a new process: all a user sees, where
+    `datasets` logs its own account of the failure."""
+    lines = Path(tiny_models["prompts"]).read_text().splitlines()
+    if bad == "cut-short":  # after a `chosen` of another type, which `datasets` would read alone
+        data, changed = tmp_path / "data.jsonl", {**json.loads(lines[4]), "chosen": {"text": "Yes."}}
+        data.write_text("\n".join([*lines[:4], json.dumps(changed), *lines[5:9], lines[9][:40], *lines[10:]]) + "\n")
+        said = f"dataset file {data}, line 10: the row is cut short"
+    else:  # conversations in one file of a folder, text in the other: `datasets` cannot cast one to the other
+        data, rows = tmp_path / "data", [json.loads(line) for line in lines]
+        tiny.write_jsonl(data / "a.jsonl", [{**row, "chosen": [{"role": "assistant", "content": row["chosen"]}]}
+                                            for row in rows[:16]])
+        tiny.write_jsonl(data / "b.jsonl", rows[16:])
+        said = f"dataset file {data / 'b.jsonl'}, line 1: `chosen` is text ("
+    out = tmp_path / "out"
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args,
+             "evaluate_generations.py": lambda models, folder: eval_args(models, folder / "eval.json")}[script]
+    result = run_script(script, *build(tiny_models, out), "--dataset_name", data)
+    assert error_line(result).startswith(f"error: {said}")
+    assert "Failed to" not in result.stdout + result.stderr  # `datasets`' log of the failure: said once is enough
+    assert not out.exists()
 
 
 def test_grpo_with_boxed_answer_on_data_without_reference_answers_is_refused_before_any_model_loads(

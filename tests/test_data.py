@@ -85,13 +85,33 @@ def test_load_rows_errors_name_the_problem(tmp_path):
     ("list.json", "[]", "has no rows"),
     ("header.csv", "system,question,chosen,rejected\n", "has no rows"),
     ("empty.csv", "", "is empty"),
-    ("broken.jsonl", '{"question": "x"\n', "cannot read dataset"),
+    ("broken.jsonl", '{"question": "x"\n', "broken.jsonl, line 1: the row is cut short"),
 ])
 def test_empty_header_only_or_broken_files_end_in_one_line(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(UserError, match=message):
         load_rows(str(path))
+
+
+def test_a_file_datasets_cannot_read_is_said_by_its_bad_line(tmp_path):
+    # A type change and a line that is not JSON: `datasets` raised a bare ValueError ("Expected object or value").
+    lines = [json.dumps(row) for row in tiny.orca_rows(12)]
+    lines[9] = json.dumps({**json.loads(lines[9]), "chosen": {"text": "Yes."}})
+    lines[10] = "not json"
+    (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=r"^dataset file .*data.jsonl, line 11: the row is not valid JSON \(Expecting "
+                                        r"value at column 1\); fix the row or delete it$"):
+        load_rows(str(tmp_path / "data.jsonl"))
+    # Conversations in one file of a folder, text in another: `datasets` cannot cast one to the other.
+    folder = tmp_path / "folder"
+    rows = tiny.orca_rows(8)
+    tiny.write_jsonl(folder / "a.jsonl", [{**row, "chosen": [{"role": "assistant", "content": row["chosen"]}]}
+                                          for row in rows[:4]])
+    tiny.write_jsonl(folder / "b.jsonl", rows[4:])
+    with pytest.raises(UserError, match=r"^dataset file .*b.jsonl, line 1: `chosen` is text \(.*\), where "
+                                        r".*a.jsonl, line 1 has a list; give the column one type in every row$"):
+        load_rows(str(folder))
 
 
 def test_empty_parquet_folders_and_saved_datasets_end_in_one_line(tmp_path):
