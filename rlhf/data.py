@@ -176,12 +176,18 @@ def hub_unreachable():
 
 
 def did_you_mean_path(name):
-    """` (did you mean tiny/policy?)` for a path that does not exist beside one with a close name, else ''."""
+    """` (did you mean tiny/policy?)` for a path that does not exist beside one with a close name, else ''.
+
+    Names are compared without their extensions (a shared `.jsonl` makes unrelated names look alike), as closely
+    as a misspelt flag is (`rlhf.spellings.did_you_mean`)."""
     path = Path(name).expanduser()
     if not path.parent.is_dir():
         return ""
-    close = difflib.get_close_matches(path.name, sorted(entry.name for entry in path.parent.iterdir()), n=1)
-    return f" (did you mean {path.parent / close[0]}?)" if close else ""
+    by_stem = {}
+    for entry in sorted(path.parent.iterdir()):
+        by_stem.setdefault(entry.stem, entry)
+    close = difflib.get_close_matches(path.stem, sorted(by_stem), n=1, cutoff=0.8)
+    return f" (did you mean {by_stem[close[0]]}?)" if close else ""
 
 
 def detect_schema(columns):

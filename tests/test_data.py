@@ -4,7 +4,7 @@ import pytest
 
 from rlhf import tiny
 from rlhf.cli import UserError
-from rlhf.data import build_prompt_dataset, detect_schema, load_rows, to_conversation
+from rlhf.data import build_prompt_dataset, check_dataset_source, detect_schema, load_rows, to_conversation
 
 
 def test_detect_schema_recognises_each_format():
@@ -94,6 +94,9 @@ def test_empty_header_only_or_broken_files_end_in_one_line(tmp_path, name, conte
         load_rows(str(path))
 
 
+ROWS = [{"question": f"Q{i}?", "chosen": "Yes.", "rejected": "No."} for i in range(3)]
+
+
 def test_a_file_datasets_cannot_read_is_said_by_its_bad_line(tmp_path):
     # A type change and a line that is not JSON: `datasets` raised a bare ValueError ("Expected object or value").
     lines = [json.dumps(row) for row in tiny.orca_rows(12)]
@@ -112,6 +115,21 @@ def test_a_file_datasets_cannot_read_is_said_by_its_bad_line(tmp_path):
     with pytest.raises(UserError, match=r"^dataset file .*b.jsonl, line 1: `chosen` is text \(.*\), where "
                                         r".*a.jsonl, line 1 has a list; give the column one type in every row$"):
         load_rows(str(folder))
+
+
+def test_a_missing_path_is_answered_with_a_close_name_only(tmp_path):
+    close, other = tmp_path / "close", tmp_path / "other"
+    tiny.write_jsonl(close / "preferences.jsonl", ROWS)
+    tiny.write_jsonl(other / "nochosen.jsonl", ROWS)
+    tiny.write_jsonl(other / "math.jsonl", ROWS)
+    with pytest.raises(UserError) as said:
+        check_dataset_source(str(close / "prefernces.jsonl"))
+    assert str(said.value).startswith(f"dataset {close / 'prefernces.jsonl'} does not exist (did you mean "
+                                      f"{close / 'preferences.jsonl'}?); give an existing file")
+    for typo in ("prefernces.jsonl", "data.jsonl"):  # nothing close: a shared `.jsonl` does not make it so
+        with pytest.raises(UserError) as said:
+            check_dataset_source(str(other / typo))
+        assert str(said.value).startswith(f"dataset {other / typo} does not exist; give an existing file")
 
 
 def test_empty_parquet_folders_and_saved_datasets_end_in_one_line(tmp_path):
