@@ -287,8 +287,13 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
 
     dataset = dataset.map(format_row, desc="Formatting prompts")
 
+    # A prompt longer than the tokenizer's model_max_length makes transformers warn of indexing errors: where such
+    # prompts are longer than max_prompt_length too, they are dropped here and counted in our line instead.
+    dropped_anyway = max_prompt_length <= tokenizer.model_max_length
+
     def length(row):
-        return len(tokenizer(render_prompt(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"])
+        text = render_prompt(tokenizer, row["prompt"])
+        return len(tokenizer(text, add_special_tokens=False, verbose=not dropped_anyway)["input_ids"])
 
     kept = dataset.filter(lambda row: length(row) <= max_prompt_length, desc="Dropping over-long prompts")
     dropped = len(dataset) - len(kept)

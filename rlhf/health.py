@@ -13,6 +13,7 @@ threshold, and it raises no alarm. docs/health.md says what each alarm means and
 import dataclasses
 import math
 
+from rlhf.metrics import reward_function
 from rlhf.stats import correlation
 
 # How many consecutive logs a level must hold before it counts: one noisy batch is not a trend.
@@ -53,12 +54,14 @@ KL_MAX = 1.0
 # the mean completion length). Measured (temperature 0.7): GRPO 0.33-0.78, falling; PPO 0.62-0.93. Below ENTROPY_MIN
 # the policy samples nearly the same completion every time: GRPO's groups stop varying and PPO stops exploring.
 ENTROPY_MIN = 0.05
-# A reward being gamed: one paid reward function's mean (`rewards/<f>/mean`) falls by GAMED_FALL or more between the
-# run's first GAMED_WINDOW logs and its last GAMED_WINDOW while the weighted total rises, or while another function
-# rises by as much (a format term saturating while accuracy falls). In the function's own units (the rule-based
-# rewards score on a 0-1 or -1..1 scale). Measured (math quickstart, the seeds' 1 / -1 / -0.5 with boxed_format paid
-# at weight 1): healthy runs' boxed_answer fell by at most 0.08 between their first and last 3 logs (CPU seeds 1, 7;
-# H200 seed 42; the PPO runs); the gamed H200 run at seed 1 by 0.28 (-0.52 -> -1.0 while boxed_format rose to 1.0).
+# A reward being gamed: what one paid reward function pays (its weight x its mean, `rewards/<f>/mean`) falls by
+# GAMED_FALL or more between the run's first GAMED_WINDOW logs and its last GAMED_WINDOW while the weighted total
+# rises, or while another function moves by as much the way its weight pays (a format term saturating while accuracy
+# falls; a penalty falling). A penalty that falls pays more: no alarm. The rule-based rewards score on a 0-1 or -1..1
+# scale; at weight 1 what a function pays is its mean. Measured (math quickstart, the seeds' 1 / -1 / -0.5 with
+# boxed_format paid at weight 1): healthy runs' boxed_answer fell by at most 0.08 between their first and last 3
+# logs (CPU seeds 1, 7; H200 seed 42; the PPO runs); the gamed H200 run at seed 1 by 0.28 (-0.52 -> -1.0 while
+# boxed_format rose to 1.0).
 GAMED_WINDOW = 3
 GAMED_FALL = 0.15
 # Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: the reward-model
@@ -103,22 +106,29 @@ def slope(values):
 
 
 def gamed_reward(means, total, weights, window=GAMED_WINDOW, min_fall=GAMED_FALL):
-    """(the function that fell, by how much, what rose) when a paid reward function's mean fell by `min_fall` or more
-    between the first and the last `window` logs while the total or another function rose (another by `min_fall` or
-    more); else None. `means`: {function: [its mean per log]}, `total`: the weighted total per log, `weights`:
-    {function: weight} (a function of weight 0 is logged, not paid: its fall games nothing, its rise may)."""
+    """(the function that fell, how much less it pays, what rose) when a paid reward function's contribution to the
+    total (its weight x its mean) fell by `min_fall` or more between the first and the last `window` logs while the
+    total rose, or another function moved by `min_fall` or more (in its own units) the way its weight pays: a bonus
+    rising, a penalty (a negative weight) falling, a function of weight 0 (logged, not paid) rising. Else None.
+    `means`: {function: [its mean per log]}, `total`: the weighted total per log, `weights`: {function: weight}.
+    A penalty that falls pays more, as intended: no alarm."""
     def change(values):
         return sum(values[-window:]) / window - sum(values[:window]) / window
 
-    grown = {name: change(values) for name, values in means.items() if len(values) >= 2 * window}
-    for name, fall in sorted(grown.items(), key=lambda item: item[1]):
-        if -fall < min_fall or weights.get(name, 1.0) == 0:
+    def weight(name):
+        return weights.get(name, 1.0)
+
+    changes = {name: change(values) for name, values in means.items() if len(values) >= 2 * window}
+    for name, moved in sorted(changes.items(), key=lambda item: weight(item[0]) * item[1]):
+        fall = -weight(name) * moved  # how much less it pays (0 for a function of weight 0)
+        if fall < min_fall:
             continue
-        risers = [other for other, rise in grown.items() if other != name and rise >= min_fall]
+        risers = [other for other, rise in changes.items()
+                  if other != name and (-rise if weight(other) < 0 else rise) >= min_fall]
         if risers:
-            return name, -fall, risers[0]
+            return name, fall, risers[0]
         if len(total) >= 2 * window and change(total) > 0:
-            return name, -fall, "the total reward"
+            return name, fall, "the total reward"
     return None
 
 
@@ -170,8 +180,8 @@ class HealthMonitor:
         for key in ("completions/clipped_ratio", "frac_reward_zero_std", "reward", "objective/scores",
                     "completions/mean_length"):
             add(key, logs.get(key))
-        per_function = {key: value for key, value in logs.items() if key.startswith("rewards/")
-                and key.endswith(("/std", "/mean")) and isinstance(value, (int, float))}
+        per_function = {key: value for key, value in logs.items()
+                        if reward_function(key) is not None and isinstance(value, (int, float))}
         for key, value in per_function.items():
             add(key, value)
         add("objective/rollout_without_signal", logs.get("objective/rollout_without_signal"))  # PPO's
@@ -225,8 +235,8 @@ class HealthMonitor:
             # Constant since the run began: it cannot score these completions. A reward that every completion has
             # come to earn in full (a format learnt) varied before it saturated, and is no alarm.
             constant = sustained(values, 1e-8, max(WINDOW, len(values)), below=True)
-            if key.startswith("rewards/") and key.endswith("/std") and constant:
-                function = key.split("/")[1]
+            function = reward_function(key, "std")
+            if function is not None and constant:
                 yield self._alarm(
                     f"reward_constant/{function}", key, values[-1], 0.0, step,
                     f"check that --reward_funcs {function} can score these completions (its data columns, the "
@@ -235,17 +245,25 @@ class HealthMonitor:
                     comparison="==",
                 )
         reward = s.get("reward") or s.get("objective/scores", [])
-        means = {key.split("/")[1]: values for key, values in s.items()
-                 if key.startswith("rewards/") and key.endswith("/mean")}
-        gamed = gamed_reward(means, reward, flags.get("reward_weights") or {})
+        means = {reward_function(key, "mean"): values for key, values in s.items()
+                 if reward_function(key, "mean") is not None}
+        weights = flags.get("reward_weights") or {}
+        gamed = gamed_reward(means, reward, weights)
         if gamed is not None:
             function, fall, riser = gamed
+            weight = weights.get(function, 1.0)  # the fall is of what it pays: its weight x its mean
+            moved, metric = f"fell by {fall:.2f}", f"rewards/{function}/mean"
+            if weight != 1:
+                direction = "rose" if weight < 0 else "fell"
+                moved = f"{direction} by {fall / abs(weight):.2f} ({fall:.2f} at weight {weight:g})"
+                metric = f"{weight:g} x {metric}"
+            rose = f"(weight {weights[riser]:g}) fell" if weights.get(riser, 0.0) < 0 else "rose"
             yield self._alarm(
-                "reward_gamed", f"fall of rewards/{function}/mean", fall, GAMED_FALL, step,
+                "reward_gamed", f"fall of {metric}", fall, GAMED_FALL, step,
                 "check completions by hand (--log_completions) and what each outcome earns (docs/rewards.md): pay a "
                 "format term only with a correct answer, a wrong answer no more than a missing one",
-                f"reward function {function} fell by {fall:.2f} since the run began while {riser} rose: the policy "
-                "may be earning the reward without doing what it measures", logs=1,
+                f"reward function {function} {moved} since the run began while {riser} {rose}: the "
+                "policy may be earning the reward without doing what it measures", logs=1,
             )
         r = length_hacking(reward, s.get("completions/mean_length", []))
         if r is not None:

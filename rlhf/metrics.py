@@ -42,6 +42,17 @@ def column_for(tag):
     return _TAG_TO_COLUMN.get(tag.removeprefix("train/"))
 
 
+def reward_function(tag, statistic=None):
+    """The reward function a per-function tag names (`rewards/<name>/mean` or `/std`, with `train/` in front or not;
+    `statistic`: "mean" or "std" for that one alone), whole: a function given by file keeps its path
+    (`rewards/path/to/f.py:fn/mean` -> `path/to/f.py:fn`). None for other tags."""
+    tag = tag.removeprefix("train/")
+    if not tag.startswith("rewards/"):
+        return None
+    name, _, end = tag.removeprefix("rewards/").rpartition("/")
+    return name if name and end in ((statistic,) if statistic else ("mean", "std")) else None
+
+
 def ema(values, weight):
     """TensorBoard's smoothing: an exponential moving average, debiased so the first points are not pulled to 0.
 

@@ -224,16 +224,16 @@ def generate(lm_backbone, queries, pad_token_id, generation_config, top_p=1.0):
     context_length = queries.shape[1]
     attention_mask = queries != pad_token_id
     input_ids = torch.masked_fill(queries, ~attention_mask, 0)
+    # Ours: what to return is set on the config, since transformers deprecates passing both a config and kwargs.
+    config = copy.deepcopy(generation_config)
+    config.return_dict_in_generate = True
     if top_p < 1.0:
-        nucleus = copy.deepcopy(generation_config)
-        nucleus.top_p = top_p
-        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=nucleus,
-                                      return_dict_in_generate=True, output_scores=False, output_logits=True)
-        logits = torch.stack([step / nucleus.temperature for step in output.logits], 1)
+        config.top_p, config.output_scores, config.output_logits = top_p, False, True
+        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+        logits = torch.stack([step / config.temperature for step in output.logits], 1)
     else:
-        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                      generation_config=generation_config, return_dict_in_generate=True,
-                                      output_scores=True)
+        config.output_scores = True
+        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
         logits = torch.stack(output.scores, 1)
     return torch.cat((queries, output.sequences[:, context_length:]), dim=1), logits
 

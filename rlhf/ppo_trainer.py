@@ -553,7 +553,9 @@ class PPOTrainer(Trainer):
         next rollout's coefficient follows target_kl (objective/kl is the mean over all processes: each adapts the
         same way)."""
         args, r = self.args, rollout
-        gathered = self.accelerator.gather_for_metrics
+        # Ours: `gather`, not TRL's `gather_for_metrics`: rollouts draw whole batches (drop_last), so there is no
+        # padding to drop, and at each pass's last batch it logged "The used dataset had no length" per call.
+        gathered = self.accelerator.gather
         mean_kl = r.kl.sum(1).mean()
         # Mask padding positions, filled with INVALID_LOGPROB, else they'd drag the entropy negative
         mean_entropy = ((-r.logprobs) * (~r.padding_mask).float()).sum(1).mean()
@@ -590,7 +592,7 @@ class PPOTrainer(Trainer):
     def _our_metrics(self, metrics):
         """The KL coefficient, the rollout without signal, the completion lengths (under GRPO's names: TRL's PPO
         logged none, where length hacking shows) and each reward function, over all processes (call it in each)."""
-        gathered = self.accelerator.gather_for_metrics
+        gathered = self.accelerator.gather  # (as in _log_rollout)
         ours = {"objective/kl_coef": self.kl_coef}  # the coefficient this rollout was trained with
         # decided alike in every process; the first is what rlhf.health's no_learning_signal alarm reads
         ours["objective/rollout_without_signal"] = float(self.without_signal)

@@ -189,3 +189,28 @@ def test_target_kl_without_a_kl_term_is_refused(tiny_models, tmp_path, run_cli):
     result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out", "--beta", "0", "--target_kl", "0.1"))
     assert error_line(result) == ("error: --target_kl adapts --beta, which is 0 here (no reference model, no KL to "
                                   "measure); give --beta > 0 (e.g. 0.04) or drop --target_kl.")
+
+
+# Lines libraries print in runs that they say nothing new to: DeepSpeed's guess of the CPU on import (accelerate
+# imports it wherever it is installed; this run does not use it), accelerate's "no length" at each pass's last PPO
+# rollout, transformers' "indexing errors" for a prompt the package drops and counts itself, transformers' deprecation
+# of PPO's generate call.
+NOISE = ("Setting accelerator to CPU", "The used dataset had no length", "Token indices sequence length is longer",
+         "Passing `generation_config` together with")
+
+
+def prompts_with_one_too_long(tmp_path, n):
+    """`n` tiny ORCA prompts and one longer than the tiny tokenizer's 512 tokens (dropped by the package)."""
+    rows = tiny.orca_rows(n) + [dict(tiny.orca_rows(1)[0], question="word " * 900)]
+    return tiny.write_jsonl(tmp_path / "prompts.jsonl", rows)
+
+
+@pytest.mark.slow
+def test_a_run_prints_no_library_line_that_tells_nothing_new(tiny_models, tmp_path):
+    data = prompts_with_one_too_long(tmp_path, 8)
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--dataset_name", data,
+                                                    "--max_steps", "2"), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert_ok(result)
+    output = result.stdout + result.stderr
+    assert "8 prompts kept, 1 dropped as longer than 512 tokens" in output  # the package's own line says it
+    assert [line for line in NOISE if line in output] == []

@@ -194,3 +194,18 @@ def test_ppo_models_are_built_with_the_tokenizers_distinct_pad_so_eos_trains(tin
     after = value_model.get_input_embeddings()
     assert value_model.config.pad_token_id == after.padding_idx == pad
     assert not after.weight[eos].equal(before.weight[eos]), "the value model's EOS row got no gradient"
+
+
+@pytest.mark.slow
+def test_a_run_prints_no_library_line_that_tells_nothing_new(tiny_models, tmp_path):
+    from test_cli_grpo import NOISE, prompts_with_one_too_long
+
+    # 5 prompts in rollouts of 2: 2 rollouts a pass, 4 rollouts end 2 passes (accelerate said "no length" at each
+    # gather of a pass's last rollout: 48 lines in 3 passes of the default data)
+    data = prompts_with_one_too_long(tmp_path, 5)
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--dataset_name", data,
+                                                  "--total_episodes", "8"), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert_ok(result)
+    output = result.stdout + result.stderr
+    assert "5 prompts kept, 1 dropped as longer than 512 tokens" in output
+    assert [line for line in NOISE if line in output] == []

@@ -238,7 +238,7 @@ def test_frozen_reward_model_dtype_is_bfloat16_on_a_gpu_unless_set():
 
 
 @pytest.mark.parametrize("name", ["grpo", "ppo", "reward_model"])
-def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
+def test_the_shipped_example_configs_parse_and_set_what_they_say_without_a_note_about_themselves(name, capsys):
     import yaml
 
     from config import PPOModelArguments, PPOTrainingConfig, PreferenceDataArguments, RewardTrainingConfig
@@ -251,6 +251,8 @@ def test_the_shipped_example_configs_parse_and_set_what_they_say(name):
               for key, value in vars(config).items()}
     for key, value in yaml.safe_load(path.read_text()).items():
         assert parsed[key.replace("-", "_")] == value, key
+    # a config we ship sets nothing that does nothing (grpo.yaml's lora_r and lora_alpha without use_peft did)
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_grpo_samples_from_the_whole_distribution_its_loss_uses_while_evaluation_keeps_top_p_0_9():

@@ -174,6 +174,34 @@ def test_build_prompt_dataset_drops_and_counts_long_prompts():
         build_prompt_dataset(datasets.Dataset.from_list(rows), tokenizer, 2)
 
 
+def test_transformers_warns_of_a_prompt_too_long_for_the_tokenizer_only_where_the_package_keeps_it():
+    """transformers warns of "indexing errors" for a text longer than the tokenizer's model_max_length: said where such
+    a prompt stays (--max_prompt_length above that limit), left to the package's own count where it is dropped."""
+    import logging
+
+    import datasets
+
+    said = []
+
+    class Said(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    rows = [{"prompt": "short one"}, {"prompt": " ".join(["water"] * 300)}]
+    handler, transformers_logger = Said(), logging.getLogger("transformers")
+    transformers_logger.addHandler(handler)
+    try:
+        for max_prompt_length in (64, 1000):
+            tokenizer = tiny.build_tokenizer()  # transformers says it once per tokenizer
+            tokenizer.model_max_length = 64
+            build_prompt_dataset(datasets.Dataset.from_list(rows), tokenizer, max_prompt_length)
+            said.append(f"-- {max_prompt_length}")
+    finally:
+        transformers_logger.removeHandler(handler)
+    warned = [line.startswith("Token indices sequence length is longer") for line in said]
+    assert warned == [False, True, False], said  # dropped at 64: quiet; kept at 1000: transformers warns
+
+
 def test_prompts_too_long_are_answered_with_what_the_model_can_hold():
     from rlhf.data import too_long
 

@@ -329,3 +329,97 @@ def test_accuracy_falling_while_an_unpaid_format_term_saturates_is_an_alarm():
              "boxed_format": [0.4, 0.5, 0.6, 0.8, 0.95, 1.0, 1.0, 1.0]}
     raised = observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), means, weights)
     assert [alarm.name for alarms in raised for alarm in alarms] == ["reward_gamed"]
+
+
+# A length penalty (the share of over-long completions) paid at weight -0.1, falling from 0.6 to 0.27 as the policy
+# learns while the verifier rises: the penalty pays more, as intended (it fired when any non-zero weight counted as
+# paid and any fall as gaming).
+PENALTY_FALLS = {"boxed_answer": [0.1, 0.12, 0.15, 0.2, 0.22, 0.25, 0.27, 0.3],
+                 "too_long": [0.6, 0.6, 0.6, 0.5, 0.4, 0.27, 0.27, 0.27]}
+
+
+def test_a_penalty_that_falls_pays_more_and_is_no_alarm():
+    weights = {"boxed_answer": 1.0, "too_long": -0.1}
+    assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), PENALTY_FALLS,
+                                   weights))
+    from rlhf.health import gamed_reward
+
+    assert gamed_reward(PENALTY_FALLS, [], weights) is None
+    # the same fall of a function paid at weight 1 pays 0.33 less: that is an alarm
+    assert gamed_reward(PENALTY_FALLS, [], {"boxed_answer": 1.0, "too_long": 1.0}) == (
+        "too_long", pytest.approx(0.33, abs=1e-9), "boxed_answer")
+
+
+def test_what_a_term_pays_is_its_weight_times_its_mean():
+    from rlhf.health import gamed_reward
+
+    # A penalty at weight -0.5 rising by 0.4 pays 0.2 less while the verifier rises: an alarm, named as a rise.
+    rising = {"boxed_answer": PENALTY_FALLS["boxed_answer"], "too_long": [0.2, 0.2, 0.2, 0.3, 0.4, 0.6, 0.6, 0.6]}
+    weights = {"boxed_answer": 1.0, "too_long": -0.5}
+    raised = observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), rising, weights)
+    alarm = next(alarm for alarms in raised for alarm in alarms)
+    assert alarm.name == "reward_gamed" and alarm.value == pytest.approx(0.2, abs=1e-6)
+    assert "reward function too_long rose by 0.40 (0.20 at weight -0.5) since the run began while boxed_answer rose" \
+        in alarm.line and "(fall of -0.5 x rewards/too_long/mean 0.2 > 0.15" in alarm.line
+    # At weight -0.1 the same rise costs 0.04 of the total: no alarm.
+    assert gamed_reward(rising, [], {"boxed_answer": 1.0, "too_long": -0.1}) is None
+    # The verifier falling while a format bonus paid at weight 0.1 saturates, or while a penalty at weight -0.1
+    # falls (shorter answers at the cost of right ones): the risers, in their own units, the way their weight pays.
+    falling = [0.5, 0.48, 0.45, 0.35, 0.3, 0.28, 0.25, 0.25]
+    saturating = [0.1, 0.25, 0.45, 0.7, 0.85, 0.95, 1.0, 1.0]
+    assert gamed_reward({"boxed_answer": falling, "boxed_format": saturating}, [],
+                        {"boxed_answer": 1.0, "boxed_format": 0.1})[::2] == ("boxed_answer", "boxed_format")
+    assert gamed_reward({"boxed_answer": falling, "too_long": PENALTY_FALLS["too_long"]}, [],
+                        {"boxed_answer": 1.0, "too_long": -0.1})[::2] == ("boxed_answer", "too_long")
+    weights = {"boxed_answer": 1.0, "too_long": -0.1}
+    raised = observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}),
+                             {"boxed_answer": falling, "too_long": PENALTY_FALLS["too_long"]}, weights)
+    assert "boxed_answer fell by 0.17 since the run began while too_long (weight -0.1) fell" in next(
+        alarm for alarms in raised for alarm in alarms).line
+
+
+def test_a_reward_function_named_by_its_file_keeps_its_whole_name():
+    # TRL and PPO log `rewards/<name>/mean`, the name as --reward_funcs gave it: a path keeps its slashes.
+    from rlhf.metrics import reward_function
+
+    assert reward_function("rewards/rewards/len.py:too_long/mean") == "rewards/len.py:too_long"
+    assert reward_function("train/rewards/../r/f.py:fn/std", "std") == "../r/f.py:fn"
+    assert reward_function("rewards/boxed_answer/std", "mean") is None
+    assert reward_function("rewards/boxed_answer/min") is None and reward_function("reward") is None
+    assert reward_function("rewards//mean") is None
+    # Its weight is found under that name (the split name, "rewards", had none: weight 1, a false alarm), and its
+    # alarms name it whole.
+    name = "rewards/len.py:too_long"
+    weights = {"boxed_answer": 1.0, name: -0.1}
+    means = {"boxed_answer": PENALTY_FALLS["boxed_answer"], name: PENALTY_FALLS["too_long"]}
+    assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), means, weights))
+    monitor = HealthMonitor({"kind": "ppo"})
+    for step in range(1, 4):
+        raised = monitor.observe({f"rewards/{name}/std": 0.0, "rewards/boxed_answer/std": 0.5}, step)
+    assert [alarm.name for alarm in raised] == [f"reward_constant/{name}"]
+    assert f"reward function {name} gave every completion" in raised[0].line
+    assert f"--reward_funcs {name} can score" in raised[0].line
+
+
+CONSTANT = "def zero(completions, **kwargs):\n    return [0.0] * len(completions)\n"
+# Each script's 3 logs: 3 GRPO steps, 3 PPO rollouts of 2 prompts.
+THREE_LOGS = {"train_grpo.py": (grpo_args, ["--max_steps", "3"]),
+              "train_ppo.py": (ppo_args, ["--total_episodes", "6"])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_a_reward_function_given_by_file_is_named_whole_in_alarm_report_and_tensorboard(tiny_models, tmp_path, script):
+    (tmp_path / "funcs").mkdir()
+    (tmp_path / "funcs" / "const.py").write_text(CONSTANT)
+    name, out = "funcs/const.py:zero", tmp_path / "run"
+    build, length = THREE_LOGS[script]
+    result = run_script(script, *build(tiny_models, out, *length, "--reward_funcs", name, "reward_model"),
+                        cwd=tmp_path)
+    assert_ok(result)
+    line = f"health: reward function {name} gave every completion the same score"
+    assert line in result.stdout, result.stdout[-3000:]
+    assert f"reward_constant/{name}" in {alarm["name"] for alarm in read_report(out)["health"]}
+    logged = scalars(out)
+    assert [value for _, value in logged[f"train/rewards/{name}/std"]] == [0.0, 0.0, 0.0]
+    assert logged[f"train/health/reward_constant/{name}"] == [(3, 1.0)]

@@ -280,9 +280,9 @@ def test_rollouts_sample_from_the_nucleus_and_keep_the_whole_distributions_log_p
 
     # transformers' own scores at top_p: all but the nucleus at -inf, which is why generate() keeps the raw logits
     torch.manual_seed(0)
-    nucleus = GenerationConfig(**{**config.to_dict(), "top_p": top_p})
-    plain = policy.generate(input_ids=queries, attention_mask=torch.ones_like(queries), return_dict_in_generate=True,
-                            output_scores=True, generation_config=nucleus)
+    nucleus = GenerationConfig(**{**config.to_dict(), "top_p": top_p, "return_dict_in_generate": True,
+                                  "output_scores": True})
+    plain = policy.generate(input_ids=queries, attention_mask=torch.ones_like(queries), generation_config=nucleus)
     assert torch.isinf(torch.stack(plain.scores, 1)).any()
 
 

@@ -6,8 +6,12 @@ still does not (when that test fails after an upgrade, the fix may be obsolete).
 this process. PPO is the package's own code: its tests are in `tests/test_ppo_trainer.py`.
 """
 
+import importlib.util
 import inspect
+import os
 import re
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -76,6 +80,25 @@ def test_each_silenced_warning_is_one_a_tiny_ppo_run_still_gives(tiny_models, tm
         assert any(pattern.search(warning) for warning in given), (
             f"a tiny PPO run no longer warns {message!r}: drop that filter from {hook}")
         assert not any(pattern.search(warning) for warning in shown), f"{message!r} is not silenced: re-check {hook}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
+def test_deepspeeds_guess_of_the_cpu_is_dropped_unless_deepspeed_trains():
+    """`DeepSpeedGuessesCPU`: DeepSpeed still logs the line when imported without a GPU (else drop the filter), the
+    package's filter drops it, and keeps it where accelerate launched DeepSpeed. A new process each: DeepSpeed picks
+    its accelerator once per process."""
+    def imported(code, **env):
+        environment = {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                                env={**environment, "CUDA_VISIBLE_DEVICES": "", **env})
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout + result.stderr
+
+    line = "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it."
+    assert line in imported("import deepspeed"), "DeepSpeed no longer says it: drop trl_compat.DeepSpeedGuessesCPU"
+    assert line not in imported("import rlhf.trl_compat, deepspeed")
+    assert line in imported("import rlhf.trl_compat, deepspeed", ACCELERATE_USE_DEEPSPEED="true")
 
 
 # ---- The progress bar (close_progress_bar) ----

@@ -6,8 +6,8 @@ Moving GRPO and the reward model to another TRL release should be a change to th
 
 Import shims (`_WHERE`): each TRL name the package uses, and the module it lives in under the releases of
 `TRL_VERSIONS`, loaded on first use (PEP 562) so that scripts that only parse flags (plotting, --help) start in a
-second; with `check_trl_version()`, which refuses a TRL outside those releases in one line, and the warning filters
-for notices every run would print.
+second; with `check_trl_version()`, which refuses a TRL outside those releases in one line, and the filters for
+notices every run would print (warnings; DeepSpeed's log of its guess of the CPU).
 
 Fixes of TRL or transformers behaviour, each named for what it fixes and citing what goes wrong without it:
 - `rlhf/trl_compat/grpo.py`: `ResumableGeneration` (a mixin for TRL's online trainers, GRPO's and RLOO's) and
@@ -27,6 +27,7 @@ beyond the public API: `rlhf/trl_compat/trainer.py`, with a test that names what
 
 import contextlib
 import importlib
+import logging
 import warnings
 
 from rlhf.errors import UserError
@@ -57,9 +58,25 @@ KNOWN_WARNINGS = [
 
 
 def _silence_known_warnings():
-    """Silence `KNOWN_WARNINGS`, each where it arises."""
+    """Silence `KNOWN_WARNINGS`, each where it arises, and DeepSpeed's guess of the CPU (`DeepSpeedGuessesCPU`)."""
     for message, category, module in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    deepspeed = logging.getLogger("DeepSpeed")  # deepspeed.utils.logger, the same object once it is imported
+    if not any(isinstance(f, DeepSpeedGuessesCPU) for f in deepspeed.filters):
+        deepspeed.addFilter(DeepSpeedGuessesCPU())
+
+
+class DeepSpeedGuessesCPU(logging.Filter):
+    """Drops DeepSpeed's "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect
+    it." in a run that does not train with DeepSpeed. Where deepspeed is installed, accelerate imports it in every run
+    (`accelerate.utils.other.extract_model_from_parallel`, to check whether a model is its engine), and DeepSpeed
+    logs that line on import on any machine without a CUDA GPU: it says nothing about a run that does not use it.
+    Under DeepSpeed (`accelerate launch` with a DeepSpeed config) the line stays."""
+
+    def filter(self, record):
+        from rlhf.processes import launched_engine
+
+        return launched_engine() == "DEEPSPEED" or not record.getMessage().startswith("Setting accelerator to CPU.")
 
 
 _silence_known_warnings()
