@@ -754,13 +754,14 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
                   "too)."},
     )
     stop_token: str | None = field(
-        default="eos", metadata={"help": "Completions end at the EOS token (none: at --stop_token_id instead)."}
+        default="eos", metadata={"help": "Completions end at the model's end tokens: the tokenizer's EOS and every "
+                                 "EOS id its generation config declares (none: at --stop_token_id alone)."}
     )
     stop_token_id: int | None = field(
         default=None, metadata={"help": "A stop token by id instead (exclusive with --stop_token)."}
     )
     missing_eos_penalty: float | None = field(
-        default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before EOS."}
+        default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before a stop token."}
     )
     num_train_epochs: float = field(
         default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],

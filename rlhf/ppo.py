@@ -94,14 +94,16 @@ class PPORewards(torch.nn.Module):
     TRL's reward-function signature; `reward_model` scores the policy's token ids as TRL does.
 
     `funcs`: from `rlhf.reward_funcs.load_reward_funcs`, one per name (the reward model itself for `reward_model`);
-    `prompts`: the prompt dataset (`build_prompt_dataset`), `token_ids`: its rows as PPO's input ids, in its order.
+    `prompts`: the prompt dataset (`build_prompt_dataset`), `token_ids`: its rows as PPO's input ids, in its order;
+    `stop_token_ids`: the run's (`rlhf.models.stop_token_ids`).
     """
 
-    def __init__(self, names, funcs, weights, tokenizer, prompts, token_ids):
+    def __init__(self, names, funcs, weights, tokenizer, prompts, token_ids, stop_token_ids):
         super().__init__()
         self.names, self.funcs, self.weights = list(names), list(funcs), list(weights or [1.0] * len(names))
         self.reward_model = funcs[self.names.index("reward_model")] if "reward_model" in self.names else None
         self.tokenizer = tokenizer
+        self.stop_token_ids = set(stop_token_ids)
         self.rows = prompts.to_list()
         self.row_of = {tuple(ids): i for i, ids in enumerate(token_ids)}  # a batch's prompt ids -> its dataset row
         self.recorded = {name: [] for name in self.names}  # each function's scores since the last log
@@ -135,10 +137,12 @@ class PPORewards(torch.nn.Module):
         texts = self.tokenizer.batch_decode(query_responses[:, context_length:], skip_special_tokens=True)
         columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
         state = self.trainer_state() if self.trainer_state else None
-        eos = self.tokenizer.eos_token_id
-        # as TRL's GRPO passes them: each completion's ids up to and including its EOS (all of them if it has none)
-        completions = query_responses[:, context_length:].tolist()
-        ids = [row[: row.index(eos) + 1] if eos in row else row for row in completions]
+        # as TRL's GRPO passes them: each completion's ids up to and including its first stop token (all of them if
+        # it has none)
+        ids = []
+        for row in query_responses[:, context_length:].tolist():
+            end = next((i for i, token in enumerate(row) if token in self.stop_token_ids), len(row) - 1)
+            ids.append(row[: end + 1])
         return {"prompts": [row["prompt"] for row in rows],
                 "completions": [[{"role": "assistant", "content": text}] for text in texts],
                 "completion_ids": ids, "trainer_state": state, **columns}
