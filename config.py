@@ -813,6 +813,9 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
         if self.stop_token and self.stop_token_id is not None:
             raise ValueError(f"--stop_token {self.stop_token} and --stop_token_id {self.stop_token_id} both set where "
                              "completions end; give one (--stop_token none --stop_token_id ID)")
+        if self.stop_token is None and self.stop_token_id is None and self.missing_eos_penalty is not None:
+            change(self, "missing_eos_penalty", None, "--stop_token none without --stop_token_id: completions run to "
+                   "--max_completion_length, none can end before it", always=True)
         # A GPU's default --prompts_per_rollout is set before the config is built (rlhf.engines.resolve_machine)
         update = ppo_update_prompts(self.per_device_train_batch_size, self.gradient_accumulation_steps,
                                     launched_processes())
