@@ -718,9 +718,11 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
     )
     value_head_init: Literal["random", "zero"] = field(
         default="random",
-        metadata={"help": "The value model's one-output head when a run starts: random (transformers' start, TRL's) "
-                  "or zero: every value starts at 0, so with --lam 1.0 the first advantages are the rewards, without "
-                  "an untrained critic's noise (ours). A resumed run keeps its checkpoint's head."},
+        metadata={"help": "The value model's one-output head when a run starts: random (a new head as transformers "
+                  "starts it, TRL's; a trained one, the reward model's or --value_model_path's, is kept) or zero: "
+                  "every value starts at 0, so with --lam 1.0 the first advantages are the rewards, without an "
+                  "untrained critic's noise (ours; a trained head set to 0 is said in a note). A resumed run keeps "
+                  "its checkpoint's head."},
     )
     cliprange: float = field(
         default=0.2, metadata={"aliases": ["--clip_range", "--clip-range"],

@@ -36,6 +36,19 @@ def value_model_source(training_args, policy_path):
     return training_args.reward_model_name_or_path if "reward_model" in training_args.reward_funcs else policy_path
 
 
+def has_trained_head(path, trust_remote_code=False):
+    """Whether a value model loaded from `path` keeps a trained one-output head (a reward model's, or a LoRA adapter of
+    one), rather than getting a new head on a causal LM's body."""
+    from rlhf.models import adapter_config, model_config
+
+    adapter = adapter_config(path)
+    if adapter is not None:
+        return adapter.get("task_type") == "SEQ_CLS"
+    config = model_config(path, trust_remote_code, "value model")
+    architectures = (config.architectures or []) if config is not None else []
+    return any(name.endswith("ForSequenceClassification") for name in architectures)
+
+
 def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     """The policy, its frozen reference (None with LoRA: the policy with its adapter off), the frozen reward model
     (None when --reward_funcs has no reward_model) and the value model, for `tokenizer`'s pad token. Resuming, full
@@ -75,6 +88,10 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
         head = "at 0" if training_args.value_head_init == "zero" else "(random)"
         print(f"value model: the policy {model_args.model_name_or_path} with a new one-output head {head} (no reward "
               "model scores; --value_model_path starts it elsewhere)", flush=True)
+    elif not resume_from and training_args.value_head_init == "zero" and has_trained_head(value_source, trust):
+        if is_main_process():  # a trained head is never set to 0 without a word
+            print(f"note: --value_head_init zero sets the trained head of the value model's start {value_source} to 0 "
+                  "(its body is kept); without the flag the value model starts from that head as trained", flush=True)
     value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
     if not resume_from and training_args.value_head_init == "zero":
         torch.nn.init.zeros_(value_model.score.weight)  # every value 0 until the value model learns

@@ -164,6 +164,34 @@ def test_ppo_rewards_end_a_completion_at_any_of_the_runs_stop_tokens(tiny_models
         assert rewards.score_completions(batch, len(token_ids[0])).tolist() == [expected]
 
 
+@pytest.mark.parametrize("init", ["random", "zero"])
+def test_a_trained_value_head_is_kept_or_set_to_zero_with_a_note(tiny_models, tmp_path, capsys, init):
+    """--value_model_path (here the reward model, a trained head) with --value_head_init zero: the head is set to 0
+    and the launch says so in one line; without zero the trained head is kept as it is."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
+    from rlhf.cli import parse_args
+    from rlhf.ppo import load_ppo_models
+
+    trained = str(tiny_models["reward_model"])
+    model_args, _, training_args = parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), [
+        "--model_name_or_path", str(tiny_models["policy"]), "--reward_funcs", "boxed_answer", "--value_model_path",
+        trained, "--value_head_init", init, "--output_dir", str(tmp_path / "out")])
+    capsys.readouterr()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    value_model = load_ppo_models(model_args, training_args, tokenizer)[3]
+    notes = [line for line in capsys.readouterr().out.splitlines() if "--value_head_init" in line]
+    head = AutoModelForSequenceClassification.from_pretrained(trained).score.weight
+    if init == "zero":
+        assert value_model.score.weight.abs().sum().item() == 0
+        assert len(notes) == 1 and notes[0].startswith("note: --value_head_init zero sets the trained head")
+        assert trained in notes[0]
+    else:
+        assert torch.equal(value_model.score.weight, head) and not notes
+
+
 # ---- PPO's maths on values worked out by hand (rlhf.ppo_maths) ----
 
 
