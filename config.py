@@ -718,9 +718,11 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
     )
     value_head_init: Literal["random", "zero"] = field(
         default="random",
-        metadata={"help": "The value model's one-output head when a run starts: random (transformers' start, TRL's) "
-                  "or zero: every value starts at 0, so with --lam 1.0 the first advantages are the rewards, without "
-                  "an untrained critic's noise (ours). A resumed run keeps its checkpoint's head."},
+        metadata={"help": "The value model's one-output head when a run starts: random (a new head as transformers "
+                  "starts it, TRL's; a trained one, the reward model's or --value_model_path's, is kept) or zero: "
+                  "every value starts at 0, so with --lam 1.0 the first advantages are the rewards, without an "
+                  "untrained critic's noise (ours; a trained head set to 0 is said in a note). A resumed run keeps "
+                  "its checkpoint's head."},
     )
     cliprange: float = field(
         default=0.2, metadata={"aliases": ["--clip_range", "--clip-range"],
@@ -754,13 +756,14 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
                   "too)."},
     )
     stop_token: str | None = field(
-        default="eos", metadata={"help": "Completions end at the EOS token (none: at --stop_token_id instead)."}
+        default="eos", metadata={"help": "Completions end at the model's end tokens: the tokenizer's EOS and every "
+                                 "EOS id its generation config declares (none: at --stop_token_id alone)."}
     )
     stop_token_id: int | None = field(
         default=None, metadata={"help": "A stop token by id instead (exclusive with --stop_token)."}
     )
     missing_eos_penalty: float | None = field(
-        default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before EOS."}
+        default=1.0, metadata={"help": "Subtracted from the score of a completion cut off before a stop token."}
     )
     num_train_epochs: float = field(
         default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
@@ -812,6 +815,9 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
         if self.stop_token and self.stop_token_id is not None:
             raise ValueError(f"--stop_token {self.stop_token} and --stop_token_id {self.stop_token_id} both set where "
                              "completions end; give one (--stop_token none --stop_token_id ID)")
+        if self.stop_token is None and self.stop_token_id is None and self.missing_eos_penalty is not None:
+            change(self, "missing_eos_penalty", None, "--stop_token none without --stop_token_id: completions run to "
+                   "--max_completion_length, none can end before it", always=True)
         # A GPU's default --prompts_per_rollout is set before the config is built (rlhf.engines.resolve_machine)
         update = ppo_update_prompts(self.per_device_train_batch_size, self.gradient_accumulation_steps,
                                     launched_processes())

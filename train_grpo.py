@@ -75,7 +75,8 @@ def main(model_args, data_args, reward_args, training_args):
     ################
     load_scorer = functools.partial(reward_model_scorer, reward_args.reward_model_name_or_path, scorer_dtype,
                                     training_args.trust_remote_code, training_args.device)
-    stops = stop_token_ids(tokenizer, model_args.model_name_or_path)  # boxed_answer: a completion cut off earns less
+    # where TRL's generation stops (the model TRL loads: an adapter folder's base), so that the rewards see it too
+    stops = stop_token_ids(tokenizer, model_args.model_name_or_path, trust_remote_code=training_args.trust_remote_code)
     reward_funcs = load_reward_funcs(reward_args.reward_funcs, load_scorer, reward_args.boxed_rewards, stops)
 
     ################
@@ -93,7 +94,7 @@ def main(model_args, data_args, reward_args, training_args):
     )
     if training_args.eval_prompts:
         heldout.attach(trainer, lambda: trainer.model, tokenizer, held_out, reward_funcs, training_args.reward_weights,
-                       Sampling.temperature, Sampling.top_p, run.checkpoint)
+                       Sampling.temperature, Sampling.top_p, run.checkpoint, stop_token_ids=stops)
     run.train(trainer)
 
     # With LoRA this saves the adapter; docs/training.md shows how to merge it into a full model.

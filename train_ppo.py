@@ -26,7 +26,7 @@ from rlhf import preflight
 from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
-from rlhf.models import peft_config
+from rlhf.models import peft_config, stop_token_ids
 from rlhf.processes import is_main_process
 from rlhf.reward import ensure_distinct_pad
 from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
@@ -73,11 +73,12 @@ def main(model_args, data_args, training_args):
     ################
     run.record()
     policy, ref_policy, reward_model, value_model = load_ppo_models(model_args, training_args, tokenizer, resume_from)
-    functions = load_reward_funcs(reward_funcs, lambda: reward_model, training_args.boxed_rewards,
-                                  {tokenizer.eos_token_id})  # PPO's completions end at EOS (--stop_token eos)
+    # where completions end, read from the policy loaded: as PPOTrainer generates and cuts them
+    stops = stop_token_ids(tokenizer, policy, training_args.stop_token, training_args.stop_token_id)
+    functions = load_reward_funcs(reward_funcs, lambda: reward_model, training_args.boxed_rewards, stops)
     if reward_funcs != ["reward_model"] or training_args.reward_weights:  # else TRL scores with the model alone
         reward_model = PPORewards(reward_funcs, functions, training_args.reward_weights, tokenizer, prompts,
-                                  train_dataset["input_ids"])
+                                  train_dataset["input_ids"], stops)
 
     ################
     # Training
@@ -102,7 +103,7 @@ def main(model_args, data_args, training_args):
                    for name, func in zip(reward_funcs, functions)]
         heldout.attach(trainer, lambda: trainer.trained_policy, tokenizer, held_out, scorers,
                        training_args.reward_weights, Sampling.temperature, Sampling.top_p, resume_from,
-                       aside=trainer.generating_aside)
+                       aside=trainer.generating_aside, stop_token_ids=trainer.stop_token_ids)
     run.train(trainer, train=trainer.train)
 
     run.save(trainer, tokenizer)  # the policy (the adapter with LoRA)

@@ -30,22 +30,24 @@ def draw_prompts(rows, row_numbers, num_prompts, seed):
 
 
 def generate(model, tokenizer, prompts, num_completions, max_new_tokens, temperature, top_p, batch_size, seed,
-             progress=None, stop=None):
+             progress=None, stop=None, stop_token_ids=None):
     """Sample `num_completions` completions per prompt (chat-templated conversations), batched.
 
-    Returns, per prompt, a list of dicts with `text`, `num_tokens` and `ended_with_eos`. The RNG is seeded once
-    before the first batch, and batches always hold the same prompts in the same order, so every model
+    Returns, per prompt, a list of dicts with `text`, `num_tokens` and `ended_with_eos` (whether it ended at one of
+    `stop_token_ids`; by default the model's, `rlhf.models.stop_token_ids`, as training stops). The RNG is seeded
+    once before the first batch, and batches always hold the same prompts in the same order, so every model
     evaluated with the same arguments draws from the same random stream. `stop` (a `StopOnSignal`) is checked
     after each batch.
     """
     import torch
 
     from rlhf.data import render_prompt
+    from rlhf.models import stop_token_ids as run_stop_token_ids
 
     texts = [render_prompt(tokenizer, p) for p in prompts]
     jobs = [(i, text) for i, text in enumerate(texts) for _ in range(num_completions)]
     results = [[] for _ in prompts]
-    eos_id = tokenizer.eos_token_id
+    stops = run_stop_token_ids(tokenizer, model) if stop_token_ids is None else tuple(stop_token_ids)
     device = next(model.parameters()).device
     torch.manual_seed(seed)
     model.eval()
@@ -55,11 +57,12 @@ def generate(model, tokenizer, prompts, num_completions, max_new_tokens, tempera
                            add_special_tokens=False).to(device)
         with torch.inference_mode():
             output = model.generate(**inputs, do_sample=True, temperature=temperature, top_p=top_p,
-                                    max_new_tokens=max_new_tokens, eos_token_id=eos_id,
+                                    max_new_tokens=max_new_tokens, eos_token_id=list(stops) or None,
                                     pad_token_id=tokenizer.pad_token_id)
         for (prompt_index, _), ids in zip(batch, output[:, inputs["input_ids"].shape[1] :].tolist()):
-            ended = eos_id in ids
-            ids = ids[: ids.index(eos_id) + 1] if ended else ids
+            end = next((i for i, token in enumerate(ids) if token in stops), None)  # the first stop token
+            ended = end is not None
+            ids = ids[: end + 1] if ended else ids
             results[prompt_index].append({
                 "text": tokenizer.decode(ids, skip_special_tokens=True).strip(),
                 "num_tokens": len(ids),

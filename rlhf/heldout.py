@@ -124,9 +124,10 @@ class HeldOutEvaluation(TrainerCallback):
     evaluated weights. On the main process only (the others go on to the next step and wait for it there)."""
 
     def __init__(self, trainer, policy, tokenizer, rows, row_numbers, reward_funcs, reward_weights, where,
-                 temperature, top_p, resumed_from=None, aside=contextlib.nullcontext):
+                 temperature, top_p, resumed_from=None, aside=contextlib.nullcontext, stop_token_ids=None):
         args = trainer.args
         self.trainer, self.policy, self.tokenizer, self.aside = trainer, policy, tokenizer, aside
+        self.stop_token_ids = stop_token_ids  # the run's: where its completions end in training
         self.rows, self.row_numbers, self.where = rows, row_numbers, where
         self.funcs, self.weights = reward_funcs, reward_weights or [1.0] * len(reward_funcs)
         self.sampling = {"num_completions": args.eval_completions, "max_new_tokens": args.max_completion_length,
@@ -186,7 +187,8 @@ class HeldOutEvaluation(TrainerCallback):
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=devices), self.aside():
             completions = generate(policy, self.tokenizer, prompts, s["num_completions"], s["max_new_tokens"],
-                                   s["temperature"], s["top_p"], GENERATION_BATCH, s["seed"])
+                                   s["temperature"], s["top_p"], GENERATION_BATCH, s["seed"],
+                                   stop_token_ids=self.stop_token_ids)
         policy.train(training)
         score(self.funcs, self.weights, self.rows, completions)
         return completions, time.perf_counter() - start
@@ -222,10 +224,11 @@ class HeldOutEvaluation(TrainerCallback):
 
 
 def attach(trainer, policy, tokenizer, held_out, reward_funcs, reward_weights, temperature, top_p, resumed_from,
-           aside=contextlib.nullcontext):
+           aside=contextlib.nullcontext, stop_token_ids=None):
     """Add a `HeldOutEvaluation` of `held_out` (from `held_out_rows`) to `trainer`; `policy()` returns the model that
-    generates (unwrapped; with LoRA, its adapter active), within `aside()` (PPO: not recorded as a rollout). Refused
-    where the weights are sharded (FSDP, ZeRO-3): one process alone cannot generate from them."""
+    generates (unwrapped; with LoRA, its adapter active), within `aside()` (PPO: not recorded as a rollout), stopping
+    at the run's `stop_token_ids` (`rlhf.models.stop_token_ids`). Refused where the weights are sharded (FSDP,
+    ZeRO-3): one process alone cannot generate from them."""
     accelerator_state = trainer.accelerator.state
     plugin = getattr(accelerator_state, "deepspeed_plugin", None)
     if getattr(accelerator_state, "fsdp_plugin", None) is not None or (plugin is not None and plugin.zero_stage == 3):
@@ -233,4 +236,5 @@ def attach(trainer, policy, tokenizer, held_out, reward_funcs, reward_weights, t
                         "across processes); drop it and evaluate the checkpoints with evaluate_generations.py")
     rows, row_numbers, where = held_out
     trainer.add_callback(HeldOutEvaluation(trainer, policy, tokenizer, rows, row_numbers, reward_funcs,
-                                           reward_weights, where, temperature, top_p, resumed_from, aside))
+                                           reward_weights, where, temperature, top_p, resumed_from, aside,
+                                           stop_token_ids))

@@ -116,17 +116,40 @@ def tokenizer_source(path):
     return base if base is not None and not has_tokenizer else path
 
 
-def stop_token_ids(tokenizer, name_or_path):
-    """The tokens that end a completion in TRL's GRPO: the tokenizer's EOS and every EOS the model's generation config
-    declares (e.g. an end-of-turn token); a completion whose last token is none of them was cut off."""
+def stop_token_ids(tokenizer, model_or_path, stop_token="eos", stop_token_id=None, trust_remote_code=False):
+    """The token ids that end a run's completions, sorted: the one place that decides them, for generation, rewards,
+    penalties and evaluation alike.
+
+    `stop_token` "eos": the tokenizer's EOS and every EOS id the model's generation config declares (e.g. an
+    end-of-turn token), as TRL's GRPOTrainer stops at. `model_or_path` is the model loaded, or where it loads from
+    (`generation_config`). PPO's `--stop_token none`: `stop_token_id` alone, or none (completions run to the limit).
+    """
+    if stop_token != "eos":
+        return () if stop_token_id is None else (stop_token_id,)
+    if isinstance(model_or_path, (str, Path)):
+        config = generation_config(model_or_path, trust_remote_code)
+    else:
+        config = model_or_path.generation_config
+    declared = None if config is None else config.eos_token_id
+    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
+    return tuple(sorted({tokenizer.eos_token_id, *declared}))
+
+
+def generation_config(name_or_path, trust_remote_code=False):
+    """The generation config a model loaded from `name_or_path` gets: its generation_config.json, else one made from
+    its config.json (as transformers does); an adapter folder's is its base's, which the merged model keeps. None
+    where neither can be read."""
     from transformers import GenerationConfig
 
+    path = loadable(name_or_path)
+    base = adapter_base(path) if Path(path).is_dir() else None
+    if base is not None:
+        return generation_config(base, trust_remote_code)
     try:
-        declared = GenerationConfig.from_pretrained(loadable(name_or_path)).eos_token_id
-    except OSError:  # no generation_config.json: the tokenizer's EOS alone, as TRL then uses
-        declared = None
-    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
-    return {tokenizer.eos_token_id, *declared}
+        return GenerationConfig.from_pretrained(path)
+    except OSError:
+        config = model_config(path, trust_remote_code)
+        return None if config is None else GenerationConfig.from_model_config(config)
 
 
 def load_causal_lm(path, dtype="float32", trust_remote_code=False):

@@ -36,6 +36,19 @@ def value_model_source(training_args, policy_path):
     return training_args.reward_model_name_or_path if "reward_model" in training_args.reward_funcs else policy_path
 
 
+def has_trained_head(path, trust_remote_code=False):
+    """Whether a value model loaded from `path` keeps a trained one-output head (a reward model's, or a LoRA adapter of
+    one), rather than getting a new head on a causal LM's body."""
+    from rlhf.models import adapter_config, model_config
+
+    adapter = adapter_config(path)
+    if adapter is not None:
+        return adapter.get("task_type") == "SEQ_CLS"
+    config = model_config(path, trust_remote_code, "value model")
+    architectures = (config.architectures or []) if config is not None else []
+    return any(name.endswith("ForSequenceClassification") for name in architectures)
+
+
 def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     """The policy, its frozen reference (None with LoRA: the policy with its adapter off), the frozen reward model
     (None when --reward_funcs has no reward_model) and the value model, for `tokenizer`'s pad token. Resuming, full
@@ -75,6 +88,10 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
         head = "at 0" if training_args.value_head_init == "zero" else "(random)"
         print(f"value model: the policy {model_args.model_name_or_path} with a new one-output head {head} (no reward "
               "model scores; --value_model_path starts it elsewhere)", flush=True)
+    elif not resume_from and training_args.value_head_init == "zero" and has_trained_head(value_source, trust):
+        if is_main_process():  # a trained head is never set to 0 without a word
+            print(f"note: --value_head_init zero sets the trained head of the value model's start {value_source} to 0 "
+                  "(its body is kept); without the flag the value model starts from that head as trained", flush=True)
     value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
     if not resume_from and training_args.value_head_init == "zero":
         torch.nn.init.zeros_(value_model.score.weight)  # every value 0 until the value model learns
@@ -94,14 +111,16 @@ class PPORewards(torch.nn.Module):
     TRL's reward-function signature; `reward_model` scores the policy's token ids as TRL does.
 
     `funcs`: from `rlhf.reward_funcs.load_reward_funcs`, one per name (the reward model itself for `reward_model`);
-    `prompts`: the prompt dataset (`build_prompt_dataset`), `token_ids`: its rows as PPO's input ids, in its order.
+    `prompts`: the prompt dataset (`build_prompt_dataset`), `token_ids`: its rows as PPO's input ids, in its order;
+    `stop_token_ids`: the run's (`rlhf.models.stop_token_ids`).
     """
 
-    def __init__(self, names, funcs, weights, tokenizer, prompts, token_ids):
+    def __init__(self, names, funcs, weights, tokenizer, prompts, token_ids, stop_token_ids):
         super().__init__()
         self.names, self.funcs, self.weights = list(names), list(funcs), list(weights or [1.0] * len(names))
         self.reward_model = funcs[self.names.index("reward_model")] if "reward_model" in self.names else None
         self.tokenizer = tokenizer
+        self.stop_token_ids = set(stop_token_ids)
         self.rows = prompts.to_list()
         self.row_of = {tuple(ids): i for i, ids in enumerate(token_ids)}  # a batch's prompt ids -> its dataset row
         self.recorded = {name: [] for name in self.names}  # each function's scores since the last log
@@ -135,10 +154,12 @@ class PPORewards(torch.nn.Module):
         texts = self.tokenizer.batch_decode(query_responses[:, context_length:], skip_special_tokens=True)
         columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
         state = self.trainer_state() if self.trainer_state else None
-        eos = self.tokenizer.eos_token_id
-        # as TRL's GRPO passes them: each completion's ids up to and including its EOS (all of them if it has none)
-        completions = query_responses[:, context_length:].tolist()
-        ids = [row[: row.index(eos) + 1] if eos in row else row for row in completions]
+        # as TRL's GRPO passes them: each completion's ids up to and including its first stop token (all of them if
+        # it has none)
+        ids = []
+        for row in query_responses[:, context_length:].tolist():
+            end = next((i for i, token in enumerate(row) if token in self.stop_token_ids), len(row) - 1)
+            ids.append(row[: end + 1])
         return {"prompts": [row["prompt"] for row in rows],
                 "completions": [[{"role": "assistant", "content": text}] for text in texts],
                 "completion_ids": ids, "trainer_state": state, **columns}

@@ -51,9 +51,15 @@ def first_true_indices(bools, dtype=torch.long):
     return torch.min(zero_or_index, dim=-1).values
 
 
-def truncate_response(stop_token_id, pad_token_id, responses):
-    """Each response with every token after its first `stop_token_id` replaced by `pad_token_id`."""
-    trunc_idxs = first_true_indices(responses == stop_token_id).unsqueeze(-1)
+def stop_mask(tokens, stop_token_ids):
+    """Where `tokens` holds one of `stop_token_ids` (ours: a run may stop at several ids; none: nowhere)."""
+    return torch.isin(tokens, torch.tensor(list(stop_token_ids), dtype=tokens.dtype, device=tokens.device))
+
+
+def truncate_response(stop_token_ids, pad_token_id, responses):
+    """Each response with every token after its first stop token (any of `stop_token_ids`) replaced by
+    `pad_token_id`."""
+    trunc_idxs = first_true_indices(stop_mask(responses, stop_token_ids)).unsqueeze(-1)
     new_size = [1] * (len(responses.size()) - 1) + [responses.shape[1]]
     idxs = torch.arange(responses.shape[1], device=responses.device).view(*new_size)
     return torch.masked_fill(responses, idxs > trunc_idxs, pad_token_id)
@@ -165,12 +171,13 @@ def rollout_without_signal(scores):
     return len(scores) > 1 and bool((scores == scores[0]).all())
 
 
-def completion_lengths(completions, stop_token_id):
-    """Per completion: its tokens up to and including the first stop token, and whether it has none (clipped).
+def completion_lengths(completions, stop_token_ids):
+    """Per completion: its tokens up to and including the first stop token (any of `stop_token_ids`), and whether it
+    has none (clipped).
 
-    A clipped completion ran to --max_completion_length and counts whole. Without a stop token, all are clipped.
+    A clipped completion ran to --max_completion_length and counts whole. Without stop tokens, all are clipped.
     """
-    stops = torch.zeros_like(completions, dtype=torch.bool) if stop_token_id is None else completions == stop_token_id
+    stops = stop_mask(completions, stop_token_ids)
     clipped = ~stops.any(dim=1)
     first_stop = stops.int().argmax(dim=1)  # the first True (0 where there is none)
     return torch.where(clipped, completions.shape[1], first_stop + 1), clipped

@@ -29,6 +29,8 @@ Changed from TRL's (each marked "ours:" where it happens):
 - reward functions in the reward model's place (an object with `score_completions`, see `rlhf.ppo.PPORewards`);
 - a rollout whose scores are all equal trained on with advantages of 0 (`skip_rollouts_without_signal`);
 - adaptive KL (`target_kl`), completion lengths and each reward function in the logs;
+- completions end at the run's stop tokens (`rlhf.models.stop_token_ids`: every end id the model declares), for
+  generation, the cut, `missing_eos_penalty` and `val/num_eos_tokens` alike (TRL's read the tokenizer's EOS);
 - checkpoints that hold the value model, the KL coefficient and the data order, and `resume()` from one;
 - the advantages (and rewards) whitened with the whole rollout's statistics, every process's, and the advantages only
   with `whiten_advantages` (on by default; `rlhf.ppo` may start the value head at 0); a rollout without signal spends
@@ -74,6 +76,7 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from rlhf.batches import rollout_chunk
 from rlhf.kl_control import adaptive_kl_coef
+from rlhf.models import stop_token_ids
 from rlhf.ppo_maths import (
     batch_generation,
     clipped_policy_loss,
@@ -90,6 +93,7 @@ from rlhf.ppo_maths import (
     rollout_without_signal,
     score_completions,
     selective_log_softmax,
+    stop_mask,
     truncate_response,
 )
 from rlhf.trl_compat import trainer as trainer_internals
@@ -175,10 +179,10 @@ class PPOTrainer(Trainer):
         if data_collator is None:
             data_collator = DataCollatorWithPadding(self.processing_class)
 
-        # Completions end at the stop token (EOS), which the policy's generation config gets (the config checked
-        # --stop_token and --stop_token_id: config.PPOTrainingConfig)
-        stop = processing_class.eos_token_id if args.stop_token == "eos" else args.stop_token_id  # None or an id
-        self.policy_model.generation_config.eos_token_id = self.stop_token_id = stop
+        # Completions end at the run's stop tokens, which the policy's generation config gets (ours: every end id the
+        # model declares with --stop_token eos, not the tokenizer's EOS alone; --stop_token_id alone with none)
+        self.stop_token_ids = stop_token_ids(processing_class, model, args.stop_token, args.stop_token_id)
+        self.policy_model.generation_config.eos_token_id = list(self.stop_token_ids) or None
 
         # PEFT: the policy gets the adapter; the reference is the policy with it disabled
         if peft_config is not None:
@@ -415,7 +419,7 @@ class PPOTrainer(Trainer):
             query_responses, logitss = batch_generation(unwrapped_model.policy, queries, self.rollout_chunk, pad,
                                                         GenerationConfig(**generation_kwargs), top_p=args.top_p)
         del unwrapped_model
-        self.record_completions(query_responses[:, context_length:], self.stop_token_id)
+        self.record_completions(query_responses[:, context_length:], self.stop_token_ids)
 
         parts = defaultdict(list)
         chunk = self.rollout_chunk
@@ -433,9 +437,7 @@ class PPOTrainer(Trainer):
             ref_logits /= args.temperature + 1e-7
             parts["ref_logprobs"].append(selective_log_softmax(ref_logits, response))
             del ref_output, ref_logits
-            ended = response
-            if self.stop_token_id is not None:  # handle the edge case when stop_token_id exists but is 0
-                ended = truncate_response(self.stop_token_id, pad, response)
+            ended = truncate_response(self.stop_token_ids, pad, response)  # none: nothing is cut
             parts["sequence_lengths"].append(first_true_indices(ended == pad) - 1)
             full_value, _, _ = get_reward(value_model, query_response, pad, context_length)
             parts["values"].append(full_value[:, context_length - 1 : -1].squeeze(-1))
@@ -460,10 +462,11 @@ class PPOTrainer(Trainer):
         args, r = self.args, rollout
         # whitening's sums over every process (rollout statistics shape the gradient: DESIGN.md, turn 5)
         total = (lambda t: self.accelerator.reduce(t, "sum")) if self.accelerator.num_processes > 1 else None
-        # A completion cut off before its stop token scores `missing_eos_penalty` lower.
-        ended = torch.any(r.ended_responses == self.processing_class.eos_token_id, dim=-1)
+        # A completion cut off before its stop token scores `missing_eos_penalty` lower (ours: any of the run's stop
+        # tokens, not the tokenizer's EOS alone).
+        r.ended = stop_mask(r.ended_responses, self.stop_token_ids).any(dim=-1)
         if args.missing_eos_penalty is not None:
-            r.scores[~ended] -= args.missing_eos_penalty
+            r.scores[~r.ended] -= args.missing_eos_penalty
         # Positions after a completion's last token are padding: `padding_mask` masks log-probabilities,
         # `padding_mask_p1` (one position later) the values. See
         # https://excalidraw.com/#json=LWnzG4w2k5DjF_EOL_xPt,e2w3a-hFJ_gX5vOfeyXGTw
@@ -569,8 +572,8 @@ class PPOTrainer(Trainer):
         for name, tag in STEP_STATS.items():
             metrics[tag] = gathered(stats[name]).mean().item()
         metrics["val/ratio_var"] = _variance(gathered(stats["ratio"]))
-        eos_tokens = (r.responses == self.processing_class.eos_token_id).sum()
-        metrics["val/num_eos_tokens"] = gathered(eos_tokens).sum().item()  # every process's
+        # the completions that ended at a stop token (TRL counted the EOS tokens: one per ended completion)
+        metrics["val/num_eos_tokens"] = gathered(r.ended.sum()).sum().item()  # every process's
         metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
         metrics["episode"] = self.state.episode
         metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)
@@ -583,9 +586,9 @@ class PPOTrainer(Trainer):
 
     # ---- What we log beyond TRL's metrics ----
 
-    def record_completions(self, completions, stop_token_id):
+    def record_completions(self, completions, stop_token_ids):
         """Each rollout's completions (token ids after the prompt, padded after the stop token), for their lengths."""
-        lengths, clipped = completion_lengths(completions, stop_token_id)
+        lengths, clipped = completion_lengths(completions, stop_token_ids)
         self._lengths.append(lengths)
         self._clipped.append(clipped)
 

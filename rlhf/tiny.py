@@ -90,6 +90,33 @@ def build_policy(path, tokenizer, seed=0):
     return Path(path)
 
 
+def ending_policy(source, path, token_id, probability, declare=False):
+    """A copy of the tiny policy at `source` that samples `token_id` with `probability` at every token (temperature 1),
+    every other token alike. With `declare`, its generation config declares `token_id` an end of completions beside
+    the tokenizer's EOS, as Llama 3's and Qwen's declare an end-of-turn id that their tokenizer's EOS is not."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source)
+    with torch.no_grad():
+        for layer in model.model.layers:  # attention and MLP add nothing: the last hidden state is the token's own
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embeddings = model.model.embed_tokens.weight  # tied: also the output layer
+        embeddings.copy_(embeddings[0].clone().expand_as(embeddings))  # one hidden state h after every token
+        h = model.model.norm(embeddings[:1])[0]
+        # the token's logit this far above the others (all equal) gives it `probability` after the softmax
+        gap = math.log(probability / (1 - probability) * (len(embeddings) - 1))
+        embeddings[token_id] += gap * h / h.dot(h)
+    if declare:
+        model.generation_config.eos_token_id = [tokenizer.eos_token_id, token_id]
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
 def build_reward_model(path, tokenizer, seed=1):
     """Save a tiny random LlamaForSequenceClassification (num_labels=1) with `tokenizer` at `path`."""
     import torch

@@ -75,6 +75,22 @@ def tiny_models(tmp_path_factory):
     return artifacts
 
 
+@pytest.fixture(scope="session")
+def end_of_turn_models(tiny_models, tmp_path_factory):
+    """The tiny policy ending its turn at `<|im_start|>` (probability 0.3 at every token), an id its generation config
+    declares an end beside the tokenizer's EOS `<|im_end|>`; and a LoRA adapter folder of it, which has no generation
+    config of its own (its base's applies). It shares the tiny reward model's tokenizer."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("end_of_turn")
+    end_of_turn = AutoTokenizer.from_pretrained(tiny_models["policy"]).convert_tokens_to_ids("<|im_start|>")
+    policy = tiny.ending_policy(tiny_models["policy"], root / "policy", end_of_turn, 0.3, declare=True)
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(policy), lora).save_pretrained(root / "adapter")
+    return {"policy": policy, "adapter": root / "adapter", "end_of_turn": end_of_turn}
+
+
 def script_command(script, *args, processes=1, env=None):
     """The command line and environment that run one of the package's scripts as a user would.
 

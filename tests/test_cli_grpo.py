@@ -214,3 +214,33 @@ def test_a_run_prints_no_library_line_that_tells_nothing_new(tiny_models, tmp_pa
     output = result.stdout + result.stderr
     assert "8 prompts kept, 1 dropped as longer than 512 tokens" in output  # the package's own line says it
     assert [line for line in NOISE if line in output] == []
+
+
+def ended_is_what_the_verifier_pays(completions):
+    """No box in a random model's text: a completion that ended earns "no answer" (0), one cut off the lower of wrong
+    (-1) and no answer. True where every held-out completion (`heldout_baseline.json`) is paid so."""
+    return all(c["reward"] == (0.0 if c["ended_with_eos"] else -1.0) for cs in completions for c in cs)
+
+
+@pytest.mark.slow
+def test_grpo_from_an_adapter_folder_rewards_completions_ended_at_its_bases_end_of_turn_id(
+        tiny_models, end_of_turn_models, tmp_path):
+    """The adapter folder has no generation config; TRL trains its merge into the base, which declares `<|im_start|>`
+    an end beside EOS, and stops generation there. The rewards, and the held-out evaluation, count those completions
+    as ended (they scored as cut off: the stop set was read from the adapter folder)."""
+    from test_cli_reward_funcs import MATH_ROWS
+
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
+    out = tmp_path / "run"
+    args = grpo_args(tiny_models, out, "--dataset_name", data, "--max_steps", "2", "--temperature", "1",
+                     "--reward_funcs", "boxed_answer", "--reward_wrong", "-1", "--reward_no_answer", "0",
+                     "--max_samples", "12", "--eval_prompts", "2", "--eval_steps", "2")
+    args[args.index("--model_name_or_path") + 1] = end_of_turn_models["adapter"]
+    assert_ok(run_script("train_grpo.py", *args))
+    logged = scalars(out)
+    clipped = dict(logged["train/completions/clipped_ratio"])  # TRL's: cut at its own stop tokens
+    assert sum(clipped.values()) / len(clipped) < 0.5  # most ended (at <|im_start|>: 0.3 a token)
+    for step, mean in logged["train/rewards/boxed_answer/mean"]:
+        assert mean == pytest.approx(-clipped[step], abs=1e-6)
+    baseline = json.loads((out / "heldout_baseline.json").read_text())["completions"]
+    assert ended_is_what_the_verifier_pays(baseline) and any(c["ended_with_eos"] for cs in baseline for c in cs)

@@ -7,29 +7,7 @@ import signal
 import pytest
 
 from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars, start_script, wait_for
-
-
-def eos_policy(source, path, eos_probability):
-    """A copy of the tiny policy that samples EOS with probability `eos_probability` at every token (temperature 1)."""
-    import math
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source)
-    with torch.no_grad():
-        for layer in model.model.layers:  # attention and MLP add nothing: the last hidden state is the token's own
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        embeddings = model.model.embed_tokens.weight  # tied: also the output layer
-        embeddings.copy_(embeddings[0].clone().expand_as(embeddings))  # one hidden state h after every token
-        h = model.model.norm(embeddings[:1])[0]
-        # EOS's logit this far above the others (all equal) gives it `eos_probability` after the softmax.
-        gap = math.log(eos_probability / (1 - eos_probability) * (len(embeddings) - 1))
-        embeddings[tokenizer.eos_token_id] += gap * h / h.dot(h)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+from rlhf import tiny
 
 
 @pytest.mark.slow
@@ -129,8 +107,11 @@ def test_reward_model_in_bfloat16_scores_finite_rewards(tiny_models, tmp_path, s
 
 @pytest.mark.slow
 def test_completion_length_is_logged_from_the_completions_as_generated(tiny_models, tmp_path):
+    from transformers import AutoTokenizer
+
     # A policy that says EOS first almost surely (0.9999 per token): every completion is that one token long.
-    policy = eos_policy(tiny_models["policy"], tmp_path / "eos_policy", 0.9999)
+    eos = AutoTokenizer.from_pretrained(tiny_models["policy"]).eos_token_id
+    policy = tiny.ending_policy(tiny_models["policy"], tmp_path / "eos_policy", eos, 0.9999)
     out = tmp_path / "ppo_eos"
     args = ppo_args(tiny_models, out, "--total_episodes", "8", "--temperature", "1")
     args[args.index("--model_name_or_path") + 1] = policy
@@ -209,3 +190,34 @@ def test_a_run_prints_no_library_line_that_tells_nothing_new(tiny_models, tmp_pa
     output = result.stdout + result.stderr
     assert "5 prompts kept, 1 dropped as longer than 512 tokens" in output
     assert [line for line in NOISE if line in output] == []
+
+
+@pytest.mark.parametrize("stop", ["eos", "end_of_turn"])
+def test_ppo_ends_cuts_rewards_and_penalises_completions_at_the_runs_stop_tokens(tiny_models, end_of_turn_models,
+                                                                                 tmp_path, stop):
+    """A policy that declares `<|im_start|>` an end beside EOS: with --stop_token eos PPO stops at both; with
+    --stop_token none --stop_token_id <that id> at it alone. Either way a completion that ended there is cut there,
+    paid by the verifier as ended and spared --missing_eos_penalty, and counted in val/num_eos_tokens (EOS alone was
+    read for the stop of the generation, the reward functions and the penalty)."""
+    from test_cli_grpo import ended_is_what_the_verifier_pays
+    from test_cli_reward_funcs import MATH_ROWS
+
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
+    out = tmp_path / "run"
+    flags = [] if stop == "eos" else ["--stop_token", "none", "--stop_token_id", end_of_turn_models["end_of_turn"]]
+    args = ppo_args(tiny_models, out, "--dataset_name", data, "--total_episodes", "8", "--prompts_per_rollout", "4",
+                    "--temperature", "1", "--reward_funcs", "boxed_answer", "--reward_wrong", "-1",
+                    "--reward_no_answer", "0", "--missing_eos_penalty", "1", "--max_samples", "12", "--eval_prompts",
+                    "2", "--eval_steps", "2", *flags)
+    args[args.index("--model_name_or_path") + 1] = end_of_turn_models["policy"]
+    assert_ok(run_script("train_ppo.py", *args))
+    logged = scalars(out)
+    clipped = dict(logged["train/completions/clipped_ratio"])
+    assert len(clipped) == 2 and sum(clipped.values()) / 2 < 0.5  # most ended (0.3 a token)
+    for tag, per_clipped in (("rewards/boxed_answer/mean", -1), ("objective/scores", -2)):  # -1 and the penalty
+        for step, value in logged[f"train/{tag}"]:
+            assert value == pytest.approx(per_clipped * clipped[step], abs=1e-6), tag
+    for step, value in logged["train/val/num_eos_tokens"]:
+        assert value == pytest.approx(4 * (1 - clipped[step]))
+    baseline = json.loads((out / "heldout_baseline.json").read_text())["completions"]
+    assert ended_is_what_the_verifier_pays(baseline) and any(c["ended_with_eos"] for cs in baseline for c in cs)

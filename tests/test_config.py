@@ -207,8 +207,20 @@ def test_ppo_completions_end_at_eos_or_at_a_stop_token_id_given_with_stop_token_
 
     ppo_types = (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)
     ppo = parse_args(ppo_types, ["--stop_token", "none", "--stop_token_id", "2"])[-1]
-    assert (ppo.stop_token, ppo.stop_token_id) == (None, 2)
+    assert (ppo.stop_token, ppo.stop_token_id, ppo.missing_eos_penalty) == (None, 2, 1.0)
     assert parse_args(ppo_types, [])[-1].stop_token == "eos"
+
+
+def test_ppo_without_any_stop_token_drops_the_missing_eos_penalty_and_says_so(capsys):
+    """No completion can end: the penalty would only lower every score alike."""
+    from config import PPOModelArguments, PPOTrainingConfig
+
+    capsys.readouterr()
+    ppo = parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), ["--stop_token", "none"])[-1]
+    assert ppo.missing_eos_penalty is None
+    assert capsys.readouterr().out.splitlines() == [
+        "note: --missing_eos_penalty 1.0 -> None (--stop_token none without --stop_token_id: completions run to "
+        "--max_completion_length, none can end before it)"]
 
 
 def test_ppo_config_defaults_and_checks():

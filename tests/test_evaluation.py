@@ -403,3 +403,40 @@ def test_a_small_local_data_set_is_evaluated_whole_with_a_note_unless_train_samp
     assert json.loads((tmp_path / "eval.json").read_text())["config"]["train_samples"] == 0
     given = run_cli("evaluate_generations.py", *common, "--train_samples", "20", "--output_file", tmp_path / "e2.json")
     assert "all within the first --train_samples 20 that training used" in error_line(given)
+
+
+def test_generation_stops_at_every_end_the_model_declares_and_counts_it_as_ended(tiny_models, end_of_turn_models):
+    """A model whose generation config declares an end-of-turn id beside the tokenizer's EOS (loaded from an adapter
+    folder: its base's): generation stops there and the completion ended, as in training. With EOS alone, the same
+    completions ran on to the length limit."""
+    from rlhf.evaluation import generate
+    from rlhf.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm(end_of_turn_models["adapter"])
+    prompts = [[{"role": "user", "content": "Say something."}]] * 4
+
+    def sample(**stops):
+        return [c for cs in generate(model, tokenizer, prompts, 2, 8, 1.0, 1.0, 8, 0, **stops) for c in cs]
+
+    completions = sample()
+    ended = [c for c in completions if c["ended_with_eos"]]
+    assert len(ended) >= 4 and all(c["num_tokens"] <= 8 for c in ended)  # 0.3 a token: 94% end within 8
+    assert all(c["num_tokens"] == 8 for c in completions if not c["ended_with_eos"])
+    assert any(c["num_tokens"] < 8 for c in ended)
+    assert not any(c["ended_with_eos"] for c in sample(stop_token_ids=(tokenizer.eos_token_id,)))
+
+
+@pytest.mark.slow
+def test_an_adapter_whose_base_declares_an_end_of_turn_id_is_scored_as_ended_there(end_of_turn_models, tmp_path):
+    """evaluate_generations.py: `ended_with_eos` and the verifier's cut-off reward read the model's stop tokens."""
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", [{"question": f"What is {a} + 1?", "ground_truth": str(a + 1)}
+                                                      for a in range(6)])
+    out = tmp_path / "eval.json"
+    assert_ok(run_script("evaluate_generations.py", "--model_path", end_of_turn_models["adapter"], "--dataset_name",
+                         data, "--train_samples", "0", "--num_prompts", "6", "--num_completions", "2",
+                         "--max_new_tokens", "8", "--temperature", "1", "--top_p", "1", "--reward_funcs",
+                         "boxed_answer", "--reward_wrong", "-1", "--reward_no_answer", "0", "--output_file", out))
+    completions = [c for p in json.loads(out.read_text())["models"][0]["prompts"] for c in p["completions"]]
+    # no box in a random model's text: an ended completion has no answer (0), one cut off the lower of the two (-1)
+    assert all(c["reward"] == (0.0 if c["ended_with_eos"] else -1.0) for c in completions)
+    assert sum(c["ended_with_eos"] for c in completions) >= 6

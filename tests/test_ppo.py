@@ -41,10 +41,26 @@ def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
     completions = torch.tensor([[5, 6, eos, eos, eos],  # ended at its 3rd token; the rest is padding
                                 [eos, eos, eos, eos, eos],  # ended at once
                                 [5, 6, 7, 8, 9]])  # cut at the maximum length
-    lengths, clipped = completion_lengths(completions, eos)
+    lengths, clipped = completion_lengths(completions, (eos,))
     assert lengths.tolist() == [3, 1, 5] and clipped.tolist() == [False, False, True]
-    lengths, clipped = completion_lengths(completions, None)  # no stop token: every completion runs to the end
+    lengths, clipped = completion_lengths(completions, ())  # no stop token: every completion runs to the end
     assert lengths.tolist() == [5, 5, 5] and clipped.all()
+    lengths, clipped = completion_lengths(completions, (eos, 7))  # a second end id (an end-of-turn token)
+    assert lengths.tolist() == [3, 1, 3] and not clipped.any()
+
+
+def test_a_response_is_cut_after_its_first_stop_token_of_any_declared_id():
+    import torch
+
+    from rlhf.ppo_maths import stop_mask, truncate_response
+
+    eos, eot, pad = 2, 3, 0
+    responses = torch.tensor([[5, eot, 6, eos], [5, 6, eos, eot], [5, 6, 7, 8]])
+    assert truncate_response((eos,), pad, responses).tolist() == [[5, eot, 6, eos], [5, 6, eos, pad], [5, 6, 7, 8]]
+    assert truncate_response((eos, eot), pad, responses).tolist() == [[5, eot, pad, pad], [5, 6, eos, pad],
+                                                                       [5, 6, 7, 8]]
+    assert torch.equal(truncate_response((), pad, responses), responses)  # no stop token: nothing is cut
+    assert stop_mask(responses, (eos, eot)).any(dim=-1).tolist() == [True, True, False]
 
 
 def test_a_reward_model_with_another_tokenizer_is_refused_naming_both_and_the_way_out(tiny_models):
@@ -89,7 +105,7 @@ def test_ppo_rewards_score_each_completion_with_its_own_row_and_log_each_functio
     monkeypatch.syspath_prepend(tmp_path)
     names = ["boxed_answer", "echo_rewards.echo"]
     funcs = load_reward_funcs(names, boxed_rewards=(1.0, -1.0, -0.5), stop_token_ids={tokenizer.eos_token_id})
-    rewards = PPORewards(names, funcs, [1.0, 0.5], tokenizer, prompts, token_ids)
+    rewards = PPORewards(names, funcs, [1.0, 0.5], tokenizer, prompts, token_ids, (tokenizer.eos_token_id,))
     rewards.trainer_state = lambda: TrainerState(global_step=3)
 
     pad = tokenizer.pad_token_id
@@ -119,6 +135,61 @@ def test_ppo_rewards_score_each_completion_with_its_own_row_and_log_each_functio
     text = completions[0][:-1]  # the answer without its EOS, then a token repeated up to the length limit
     cut[0, prompt_length:] = torch.tensor(text + [text[0]] * (completion_length - len(text)))
     assert rewards.score_completions(cut, prompt_length).tolist() == pytest.approx([-1 + 1.0])
+
+
+def test_ppo_rewards_end_a_completion_at_any_of_the_runs_stop_tokens(tiny_models, end_of_turn_models):
+    """A correct boxed answer that ended at the model's end-of-turn id (not the tokenizer's EOS) earns its reward:
+    the functions get its ids up to that token, as TRL's GRPO passes them. With EOS alone it scored as cut off."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from rlhf.data import build_prompt_dataset, tokenize_prompts
+    from rlhf.models import stop_token_ids
+    from rlhf.ppo import PPORewards
+    from rlhf.reward import ensure_distinct_pad
+    from rlhf.reward_funcs import load_reward_funcs
+
+    tokenizer = ensure_distinct_pad(AutoTokenizer.from_pretrained(tiny_models["policy"]))
+    prompts, _, _ = build_prompt_dataset(Dataset.from_list([{"question": "What is 1 + 1?", "ground_truth": "2"}]),
+                                         tokenizer, 512)
+    token_ids = tokenize_prompts(prompts, tokenizer)["input_ids"]
+    answer = tokenizer(r"\boxed{2}", add_special_tokens=False)["input_ids"]
+    pad, eot = tokenizer.pad_token_id, end_of_turn_models["end_of_turn"]
+    batch = torch.tensor([token_ids[0] + answer + [eot, pad, pad]])
+    for stops, expected in ((stop_token_ids(tokenizer, end_of_turn_models["policy"]), 1.0),
+                            ((tokenizer.eos_token_id,), -1.0)):
+        funcs = load_reward_funcs(["boxed_answer"], boxed_rewards=(1.0, -1.0, -0.5), stop_token_ids=stops)
+        rewards = PPORewards(["boxed_answer"], funcs, None, tokenizer, prompts, token_ids, stops)
+        assert rewards.score_completions(batch, len(token_ids[0])).tolist() == [expected]
+
+
+@pytest.mark.parametrize("init", ["random", "zero"])
+def test_a_trained_value_head_is_kept_or_set_to_zero_with_a_note(tiny_models, tmp_path, capsys, init):
+    """--value_model_path (here the reward model, a trained head) with --value_head_init zero: the head is set to 0
+    and the launch says so in one line; without zero the trained head is kept as it is."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
+    from rlhf.cli import parse_args
+    from rlhf.ppo import load_ppo_models
+
+    trained = str(tiny_models["reward_model"])
+    model_args, _, training_args = parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), [
+        "--model_name_or_path", str(tiny_models["policy"]), "--reward_funcs", "boxed_answer", "--value_model_path",
+        trained, "--value_head_init", init, "--output_dir", str(tmp_path / "out")])
+    capsys.readouterr()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    value_model = load_ppo_models(model_args, training_args, tokenizer)[3]
+    notes = [line for line in capsys.readouterr().out.splitlines() if "--value_head_init" in line]
+    head = AutoModelForSequenceClassification.from_pretrained(trained).score.weight
+    if init == "zero":
+        assert value_model.score.weight.abs().sum().item() == 0
+        assert len(notes) == 1 and notes[0].startswith("note: --value_head_init zero sets the trained head")
+        assert trained in notes[0]
+    else:
+        assert torch.equal(value_model.score.weight, head) and not notes
 
 
 # ---- PPO's maths on values worked out by hand (rlhf.ppo_maths) ----

@@ -27,9 +27,9 @@ def tiny_hooks(tiny_models, tmp_path, **config):
             self.completions, self.checkpoints = [], []
             super().__init__(*args, **kwargs)
 
-        def record_completions(self, completions, stop_token_id):
-            self.completions.append((completions, stop_token_id))
-            super().record_completions(completions, stop_token_id)
+        def record_completions(self, completions, stop_token_ids):
+            self.completions.append((completions, stop_token_ids))
+            super().record_completions(completions, stop_token_ids)
 
         def save_extra_checkpoint_files(self, checkpoint):
             self.checkpoints.append((checkpoint, (checkpoint / "trainer_state.json").exists()))
@@ -94,9 +94,9 @@ def under_ddp(trainer, tmp_path):
 def test_the_completions_trained_on_are_recorded(hooks):
     hooks.train()  # 2 rollouts of 2 prompts
     assert len(hooks.completions) == 2
-    for completions, stop_token_id in hooks.completions:
+    for completions, stop_token_ids in hooks.completions:
         assert completions.shape[0] == 2 and 1 <= completions.shape[1] <= hooks.args.response_length
-        assert stop_token_id == hooks.processing_class.eos_token_id  # stop_token="eos"
+        assert stop_token_ids == (hooks.processing_class.eos_token_id,)  # stop_token="eos": the tiny model's one
 
 
 def test_a_kl_coefficient_set_after_a_batch_is_the_next_batchs_penalty(hooks):
