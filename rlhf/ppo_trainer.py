@@ -26,7 +26,6 @@ import gc
 import json
 import math
 import os
-import random
 import textwrap
 import time
 from collections import defaultdict
@@ -60,7 +59,7 @@ from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlhf.batches import rollout_chunk
-from rlhf.checkpoints import last_checkpoint
+from rlhf.checkpoints import last_checkpoint, load_pretrained_weights, load_rng_state, save_rng_state
 from rlhf.errors import UserError
 from rlhf.kl_control import adaptive_kl_coef
 from rlhf.ppo_maths import (
@@ -757,7 +756,7 @@ class PPOTrainer:
 
             load_fsdp_model(self.accelerator.state.fsdp_plugin, self.accelerator, self.model, str(checkpoint))
             return
-        load_pretrained_weights(self.trained_policy, checkpoint)
+        load_pretrained_weights(self.trained_policy, checkpoint, adapter=self.is_peft_model)
         load_pretrained_weights(self.trained_value_model, checkpoint / VALUE_MODEL_DIR)
 
     def restore_optimizer_scheduler_and_rng(self, checkpoint):
@@ -820,62 +819,6 @@ def create_optimizer(model, args):
     groups = [{"params": [p for name, p in trained if name in decay], "weight_decay": args.weight_decay},
               {"params": [p for name, p in trained if name not in decay], "weight_decay": 0.0}]
     return optimizer_cls(groups, **kwargs)
-
-
-def load_pretrained_weights(model, folder):
-    """Put the weights that `save_pretrained` wrote in `folder` (one file or shards) into `model`; into a PEFT model,
-    its adapter's. A weight tied to another (the LM head of tied embeddings) is saved once, under the other name."""
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    if _is_peft_model(model):
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
-        return
-    index = folder / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [
-        "model.safetensors"]
-    weights = {name: tensor for file in files for name, tensor in load_file(folder / file).items()}
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    own = model.state_dict()
-    loaded = {own[name].data_ptr() for name in weights if name in own}
-    missing = [name for name in missing if own[name].data_ptr() not in loaded]  # tied to a loaded weight: there
-    if missing or unexpected:
-        raise ValueError(f"{folder} does not hold this model's weights: missing {missing[:3]}, unexpected "
-                         f"{unexpected[:3]}")
-
-
-def rng_state_file(process_index, processes):
-    """The file of one process's random states in a checkpoint: transformers' Trainer's names."""
-    return "rng_state.pth" if processes <= 1 else f"rng_state_{process_index}.pth"
-
-
-def save_rng_state(checkpoint, process_index, processes):
-    """This process's random states (Python, numpy, torch's CPU and CUDA generators), as transformers' Trainer saves
-    them, so that a resumed run draws what an uninterrupted one does."""
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.random.get_rng_state_all() if processes > 1 else torch.cuda.random.get_rng_state()
-    torch.save(states, Path(checkpoint) / rng_state_file(process_index, processes))
-
-
-def load_rng_state(checkpoint, process_index, processes):
-    """Put back the random states `save_rng_state` saved for this process; False if the checkpoint has none (its
-    run had another number of processes)."""
-    from transformers.trainer_pt_utils import safe_globals, set_rng_state_for_device
-
-    path = Path(checkpoint) / rng_state_file(process_index, processes)
-    if not path.is_file():
-        return False
-    with safe_globals():  # numpy's state is an array: allowed through weights_only
-        states = torch.load(path, weights_only=True)
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.random.set_rng_state(states["cpu"])
-    if torch.cuda.is_available():
-        set_rng_state_for_device("CUDA", torch.cuda, states, processes > 1)
-    return True
 
 
 class RecordedPasses:
