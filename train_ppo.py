@@ -69,10 +69,11 @@ def main(model_args, data_args, training_args):
         held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_funcs, room)
 
     ################
-    # Models (from the checkpoint when resuming)
+    # Models (the trainer loads a checkpoint's trained weights when resuming)
     ################
     run.record()
-    policy, ref_policy, reward_model, value_model = load_ppo_models(model_args, training_args, tokenizer, resume_from)
+    policy, ref_policy, reward_model, value_model = load_ppo_models(model_args, training_args, tokenizer,
+                                                                    resuming=resume_from is not None)
     # where completions end, read from the policy loaded: as PPOTrainer generates and cuts them
     stops = stop_token_ids(tokenizer, policy, training_args.stop_token, training_args.stop_token_id)
     functions = load_reward_funcs(reward_funcs, lambda: reward_model, training_args.boxed_rewards, stops)
@@ -93,8 +94,6 @@ def main(model_args, data_args, training_args):
         train_dataset=train_dataset,
         peft_config=peft_config(model_args),
     )
-    if resume_from:
-        trainer.resume(resume_from, load_adapter=model_args.use_peft)
     if training_args.eval_prompts:  # scored by the rewards PPO trains on
         from rlhf.reward import RewardModelScorer
 
@@ -104,7 +103,7 @@ def main(model_args, data_args, training_args):
         heldout.attach(trainer, lambda: trainer.trained_policy, tokenizer, held_out, scorers,
                        training_args.reward_weights, Sampling.temperature, Sampling.top_p, resume_from,
                        aside=trainer.generating_aside, stop_token_ids=trainer.stop_token_ids)
-    run.train(trainer, train=trainer.train)
+    run.train(trainer)  # from the checkpoint when resuming
 
     run.save(trainer, tokenizer)  # the policy (the adapter with LoRA)
     trainer.save_value_model(f"{training_args.output_dir}/{VALUE_MODEL_DIR}")

@@ -1,4 +1,6 @@
-"""Finding a run's checkpoints: the newest complete one is what a launch resumes from."""
+"""A run's checkpoints: finding the newest complete one (what a launch resumes from), and reading and writing the
+files of a trainer's state that transformers' `Trainer` defines (weights as `save_pretrained` writes them, each
+process's random states), for a trainer that writes its checkpoints itself (`rlhf.ppo_trainer`)."""
 
 import json
 import re
@@ -33,4 +35,70 @@ def is_complete(checkpoint):
         json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    return True
+
+
+def load_pretrained_weights(model, folder, adapter=False):
+    """Put the weights that `save_pretrained` wrote in `folder` (one file or shards) into `model`; with `adapter`,
+    a PEFT model's adapter. A weight tied to another (the LM head of tied embeddings) is saved once, under the other
+    name."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if adapter:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+        return
+    index = folder / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [
+        "model.safetensors"]
+    weights = {name: tensor for file in files for name, tensor in load_file(folder / file).items()}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    own = model.state_dict()
+    loaded = {own[name].data_ptr() for name in weights if name in own}
+    missing = [name for name in missing if own[name].data_ptr() not in loaded]  # tied to a loaded weight: there
+    if missing or unexpected:
+        raise ValueError(f"{folder} does not hold this model's weights: missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]}")
+
+
+def rng_state_file(process_index, processes):
+    """The file of one process's random states in a checkpoint: transformers' Trainer's names."""
+    return "rng_state.pth" if processes <= 1 else f"rng_state_{process_index}.pth"
+
+
+def save_rng_state(checkpoint, process_index, processes):
+    """This process's random states (Python, numpy, torch's CPU and CUDA generators), as transformers' Trainer saves
+    them, so that a resumed run draws what an uninterrupted one does."""
+    import random
+
+    import numpy as np
+    import torch
+
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.random.get_rng_state_all() if processes > 1 else torch.cuda.random.get_rng_state()
+    torch.save(states, Path(checkpoint) / rng_state_file(process_index, processes))
+
+
+def load_rng_state(checkpoint, process_index, processes):
+    """Put back the random states `save_rng_state` saved for this process; False if the checkpoint has none (its
+    run had another number of processes)."""
+    import random
+
+    import numpy as np
+    import torch
+    from transformers.trainer_pt_utils import safe_globals, set_rng_state_for_device
+
+    path = Path(checkpoint) / rng_state_file(process_index, processes)
+    if not path.is_file():
+        return False
+    with safe_globals():  # numpy's state is an array: allowed through weights_only
+        states = torch.load(path, weights_only=True)
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.random.set_rng_state(states["cpu"])
+    if torch.cuda.is_available():
+        set_rng_state_for_device("CUDA", torch.cuda, states, processes > 1)
     return True

@@ -88,8 +88,8 @@ def _any_process(flag, args):
     return bool(tensor.item())
 
 
-def guarded_train(trainer, output_dir, resume_from=None, train=None):
-    """Run `trainer.train` (or `train()` if given) under a `TrainingGuard`; exit with a clear line if it stops early.
+def guarded_train(trainer, output_dir, resume_from=None):
+    """Run `trainer.train` under a `TrainingGuard`; exit with a clear line if it stops early.
 
     Returns normally only when training ran to the end. A run resumed from `resume_from` trains at the rates of
     its own schedule (see `ScheduleFromResumedStep`: a continued run's schedule is longer than the checkpoint's).
@@ -103,10 +103,7 @@ def guarded_train(trainer, output_dir, resume_from=None, train=None):
         print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
     handlers = handle_stop_signals(guard.request_stop)
     try:
-        if train is not None:
-            train()
-        else:
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     except TrainingInterrupted as stop:
         close_progress_bar(trainer)
         # The main process writes trainer_state.json, which marks the checkpoint complete: only it can name the

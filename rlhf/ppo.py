@@ -4,13 +4,10 @@ loaded, and `PPORewards`: GRPO's `--reward_funcs` (the verifier, a user's functi
 it.
 """
 
-from pathlib import Path
-
 import torch
 
 from rlhf.errors import UserError
 from rlhf.ppo_maths import get_reward
-from rlhf.ppo_trainer import VALUE_MODEL_DIR
 
 
 def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
@@ -49,12 +46,11 @@ def has_trained_head(path, trust_remote_code=False):
     return any(name.endswith("ForSequenceClassification") for name in architectures)
 
 
-def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
+def load_ppo_models(model_args, training_args, tokenizer, resuming=False):
     """The policy, its frozen reference (None with LoRA: the policy with its adapter off), the frozen reward model
-    (None when --reward_funcs has no reward_model) and the value model, for `tokenizer`'s pad token. Resuming, full
-    weights come from the checkpoint `resume_from` (a LoRA adapter is loaded by `PPOTrainer.resume`). Call it
-    after `run.record()`: the policy starts from `trainable_model_path`, which merges an adapter into the output
-    folder."""
+    (None when --reward_funcs has no reward_model) and the value model, for `tokenizer`'s pad token, as a run starts
+    (`resuming`: the trained weights then come from the checkpoint, in `PPOTrainer.train`). Call it after
+    `run.record()`: the policy starts from `trainable_model_path`, which merges an adapter into the output folder."""
     from transformers import AutoModelForCausalLM
 
     from rlhf.models import (
@@ -70,10 +66,8 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
     trust = training_args.trust_remote_code
     reward_path = training_args.reward_model_name_or_path
     start = trainable_model_path(model_args.model_name_or_path, training_args.output_dir, trust)
-    full_resume = resume_from and not model_args.use_peft
     pad = tokenizer.pad_token_id  # every model is built with it: see load_kwargs
-    policy_weights = trained_model_kwargs(model_args, trust, pad)
-    policy = AutoModelForCausalLM.from_pretrained(resume_from if full_resume else start, **policy_weights)
+    policy = AutoModelForCausalLM.from_pretrained(start, **trained_model_kwargs(model_args, trust, pad))
     ref_policy = None if model_args.use_peft else AutoModelForCausalLM.from_pretrained(
         start, **load_kwargs(model_args.dtype, trust, pad_token_id=pad))
     reward_model = None
@@ -82,18 +76,18 @@ def load_ppo_models(model_args, training_args, tokenizer, resume_from=None):
         scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, gpu)
         reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
         reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
-    value_source = Path(resume_from) / VALUE_MODEL_DIR if resume_from else value_model_source(training_args, start)
-    if not resume_from and not training_args.value_model_path and value_source == start and is_main_process():
+    value_source = value_model_source(training_args, start)
+    if not resuming and not training_args.value_model_path and value_source == start and is_main_process():
         # transformers reports the new head as MISSING weights: say why
         head = "at 0" if training_args.value_head_init == "zero" else "(random)"
         print(f"value model: the policy {model_args.model_name_or_path} with a new one-output head {head} (no reward "
               "model scores; --value_model_path starts it elsewhere)", flush=True)
-    elif not resume_from and training_args.value_head_init == "zero" and has_trained_head(value_source, trust):
+    elif not resuming and training_args.value_head_init == "zero" and has_trained_head(value_source, trust):
         if is_main_process():  # a trained head is never set to 0 without a word
             print(f"note: --value_head_init zero sets the trained head of the value model's start {value_source} to 0 "
                   "(its body is kept); without the flag the value model starts from that head as trained", flush=True)
     value_model = load_sequence_classifier(value_source, model_args.dtype, trust, pad)
-    if not resume_from and training_args.value_head_init == "zero":
+    if not resuming and training_args.value_head_init == "zero":
         torch.nn.init.zeros_(value_model.score.weight)  # every value 0 until the value model learns
         if value_model.score.bias is not None:
             torch.nn.init.zeros_(value_model.score.bias)

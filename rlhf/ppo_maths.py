@@ -17,9 +17,8 @@
 Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0) with the trainer: `trl/experimental/ppo/ppo_trainer.py`
 (`generate`, `batch_generation`, `truncate_response`, `forward`, `masked_mean/whiten`), `trl/experimental/utils.py`
 (`get_reward`, `first_true_indices`, `peft_module_casting_to_bf16`) and `trl/trainer/utils.py`
-(`selective_log_softmax`, as 1.12 has it). The rest is TRL's inline maths made functions (ours): KL-shaped rewards,
-GAE, the clipped losses, entropy, each unit-tested on values worked out by hand (tests/test_ppo.py). Changes from
-TRL's are marked "ours:" where they happen.
+(`selective_log_softmax`, as 1.12 has it), and TRL's inline maths as functions: KL-shaped rewards, GAE, the clipped
+losses, entropy, each unit-tested on values worked out by hand (tests/test_ppo.py).
 """
 
 import copy
@@ -52,7 +51,7 @@ def first_true_indices(bools, dtype=torch.long):
 
 
 def stop_mask(tokens, stop_token_ids):
-    """Where `tokens` holds one of `stop_token_ids` (ours: a run may stop at several ids; none: nowhere)."""
+    """Where `tokens` holds one of `stop_token_ids` (a run may stop at several ids; with none, nowhere)."""
     return torch.isin(tokens, torch.tensor(list(stop_token_ids), dtype=tokens.dtype, device=tokens.device))
 
 
@@ -74,7 +73,7 @@ def masked_mean(values, mask, axis=None):
 def masked_whiten(values, mask, shift_mean=True, total=None):
     """`values` scaled to mean 0 and variance 1 over `mask` (with `shift_mean=False`, the mean is kept).
 
-    Ours: the mean and the (unbiased) variance are those of the whole rollout, every process's positions together:
+    The mean and the (unbiased) variance are those of the whole rollout, every process's positions together:
     `total` sums a tensor over all processes (`accelerator.reduce(..., "sum")`); each process whitens its own slice
     with them. TRL whitened each process's slice alone, so a slice that scored flat blew value-model noise and the KL
     term up to unit size. Without `total` (one process) the operations are TRL's `masked_mean`/`masked_var`, in the
@@ -160,7 +159,7 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, cliprange, mask):
 
 def entropy(logits):
     """The entropy of the softmax of `logits` at each position: logsumexp(z) - sum(softmax(z) z). One sequence at a
-    time (ours): the whole batch's softmax and product were two more copies of its logits over the vocabulary."""
+    time: the whole batch's softmax and product were two more copies of its logits over the vocabulary."""
     softmax = torch.nn.functional.softmax
     return torch.stack([torch.logsumexp(z, dim=-1) - torch.sum(softmax(z, dim=-1) * z, dim=-1) for z in logits])
 
@@ -213,7 +212,7 @@ def get_reward(model, query_responses, pad_token_id, context_length):
 
 def score_completions(reward_model, query_responses, pad_token_id, context_length):
     """The reward of each sequence: a sequence classifier's score (`get_reward`), or, for reward functions in the
-    reward model's place (`rlhf.ppo.PPORewards`), their weighted sum (ours)."""
+    reward model's place (`rlhf.ppo.PPORewards`), their weighted sum."""
     scorer = getattr(reward_model, "module", reward_model)  # a DeepSpeed engine wraps the reward model
     if hasattr(scorer, "score_completions"):
         return scorer.score_completions(query_responses, context_length)
@@ -224,14 +223,14 @@ def generate(lm_backbone, queries, pad_token_id, generation_config, top_p=1.0):
     """Sample completions of left-padded `queries`: the sequences, and the logits over the temperature that each token
     was sampled from.
 
-    Ours: below `top_p` 1.0 tokens are sampled from the nucleus, and the logits returned are still the whole
+    Below `top_p` 1.0 tokens are sampled from the nucleus, and the logits returned are still the whole
     distribution's over the temperature, as the training forward computes them (the processed scores TRL used hold
     -inf outside the nucleus: the first ratio and KL would be off by up to log(1/top_p) per token before any step).
     """
     context_length = queries.shape[1]
     attention_mask = queries != pad_token_id
     input_ids = torch.masked_fill(queries, ~attention_mask, 0)
-    # Ours: what to return is set on the config, since transformers deprecates passing both a config and kwargs.
+    # What to return is set on the config, since transformers deprecates passing both a config and kwargs.
     config = copy.deepcopy(generation_config)
     config.return_dict_in_generate = True
     if top_p < 1.0:

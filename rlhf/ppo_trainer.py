@@ -1,5 +1,5 @@
 # Copyright 2020-2026 The HuggingFace Team. All rights reserved.
-# Copyright 2026 The rlhf-trl-scripts authors (the changes listed below).
+# Changed in 2026 by the rlhf-trl-scripts authors from TRL 1.12.0's trl/experimental/ppo/ppo_trainer.py.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
 # you may not use this file except in compliance with the License.
@@ -12,33 +12,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""PPO, the package's own: TRL 1.12.0's `PPOTrainer`, copied once and made ours.
+"""PPO, a trainer of its own on accelerate: a policy and a value model trained on their own rollouts.
 
-Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0): `trl/experimental/ppo/ppo_trainer.py` (the trainer,
-`PolicyAndValueWrapper`, `OnlineTrainerState`); the maths and the models' passes it computes a rollout with are in
-`rlhf/ppo_maths.py`. TRL 1.13 removed PPO (huggingface/trl#7020); its `PPOConfig`'s fields are declared once in
-`config.PPOTrainingConfig`. What TRL still ships for every trainer (`prepare_deepspeed`, `unwrap_model_for_generation`,
-`disable_dropout_in_model`, the model card) is imported; what it needs of transformers' `Trainer` beyond the public
-API is in `rlhf/trl_compat/trainer.py`.
-
-Changed from TRL's (each marked "ours:" where it happens):
-- one optimizer step per mini-batch of a rollout, also for the rollout that ends a pass over the prompts and under
-  DeepSpeed (TRL's accumulation spanned mini-batches and stepped at every micro-batch at the end of a pass);
-- saving and the LoRA reference under DDP, saving under DeepSpeed (TRL read `.config`/`.policy` through the wrappers);
-- rollouts sampled at `top_p`, their log-probabilities those of the whole distribution at the temperature;
-- reward functions in the reward model's place (an object with `score_completions`, see `rlhf.ppo.PPORewards`);
-- a rollout whose scores are all equal trained on with advantages of 0 (`skip_rollouts_without_signal`);
-- adaptive KL (`target_kl`), completion lengths and each reward function in the logs;
-- completions end at the run's stop tokens (`rlhf.models.stop_token_ids`: every end id the model declares), for
-  generation, the cut, `missing_eos_penalty` and `val/num_eos_tokens` alike (TRL's read the tokenizer's EOS);
-- checkpoints that hold the value model, the KL coefficient and the data order, and `resume()` from one;
-- the advantages (and rewards) whitened with the whole rollout's statistics, every process's, and the advantages only
-  with `whiten_advantages` (on by default; `rlhf.ppo` may start the value head at 0); a rollout without signal spends
-  no learning-rate step;
-- the maths as pure functions, `train()` a loop of four phases; TRL's sample table, multi-adapter reference and
-  push to the Hub left out.
-
-One rollout, top to bottom, is `train()`: generate, score, KL penalty, GAE, whitening, clipped losses.
+One rollout, top to bottom, is `train()`: generate and score (`_rollout`), KL-penalised rewards, GAE and whitening
+(`_advantages`), PPO epochs of clipped losses (`_update`), logs and adaptive KL (`_log_rollout`). The maths are pure
+functions in `rlhf/ppo_maths.py`. Callbacks, logging and the trainer state are transformers' public pieces
+(`TrainerState`, `TrainerControl`, `CallbackHandler`), and a checkpoint holds the files transformers' `Trainer` writes
+(the policy, `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`, `trainer_state.json` last) besides the value model, the
+KL coefficient and the order of the prompts; `train(resume_from_checkpoint=...)` goes on from one.
 """
 
 import gc
@@ -62,19 +43,24 @@ from accelerate.utils.memory import clear_device_cache
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorWithPadding,
+    DefaultFlowCallback,
     GenerationConfig,
+    PrinterCallback,
+    ProgressCallback,
     Trainer,
     TrainerControl,
     TrainerState,
+    get_scheduler,
 )
 from transformers.integrations import get_reporting_integration_callbacks
-from transformers.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, OPTIMIZER_NAME, SCHEDULER_NAME
-from transformers.trainer_callback import CallbackHandler, ExportableState, PrinterCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_callback import CallbackHandler, ExportableState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlhf.batches import rollout_chunk
+from rlhf.checkpoints import last_checkpoint, load_pretrained_weights, load_rng_state, save_rng_state
+from rlhf.errors import UserError
 from rlhf.kl_control import adaptive_kl_coef
 from rlhf.models import stop_token_ids
 from rlhf.ppo_maths import (
@@ -96,7 +82,6 @@ from rlhf.ppo_maths import (
     stop_mask,
     truncate_response,
 )
-from rlhf.trl_compat import trainer as trainer_internals
 
 INVALID_LOGPROB = 1.0
 # What each PPO step records (`PPOTrainer._update`), and the tag its mean is logged under, in TRL's order
@@ -106,6 +91,20 @@ STEP_STATS = {"approxkl": "policy/approxkl_avg", "pg_clipfrac": "policy/clipfrac
 VALUE_MODEL_DIR = "value_model"  # in a checkpoint and the output folder: the value model
 PPO_STATE = "ppo_state.json"  # in a checkpoint: the KL coefficient of the next rollout
 DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of the order of the prompts
+# The rest of a checkpoint's files, under the names transformers' Trainer gives them (what `rlhf.checkpoints` and
+# `rlhf.run` look for, and what checkpoints of earlier versions of this package hold).
+TRAINER_STATE_FILE = "trainer_state.json"  # written last: a checkpoint without it is incomplete
+OPTIMIZER_FILE, SCHEDULER_FILE, SCALER_FILE = "optimizer.pt", "scheduler.pt", "scaler.pt"
+TRAINING_ARGS_FILE = "training_args.bin"
+# Weight decay applies to every trained weight but biases and norms, as transformers' Trainer groups them.
+NO_DECAY = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+CITATION = textwrap.dedent("""\
+    @article{mziegler2019fine-tuning,
+        title        = {{Fine-Tuning Language Models from Human Preferences}},
+        author       = {Daniel M. Ziegler and Nisan Stiennon and Jeffrey Wu and Tom B. Brown and Alec Radford and Dario Amodei and Paul F. Christiano and Geoffrey Irving},
+        year         = 2019,
+        eprint       = {arXiv:1909.08593}
+    }""")  # noqa: E501
 
 
 @dataclass
@@ -115,9 +114,10 @@ class OnlineTrainerState(TrainerState):
     episode: int = 0
 
 
-# taken from https://github.com/OpenLMLab/MOSS-RLHF/blob/40b91eb2f2b71b16919addede0341d2bef70825d/ppo/ppo_trainer.py#L29
-# we did this we can do a single `model = accelerator.prepare(model)`
 class PolicyAndValueWrapper(nn.Module):
+    """The policy and the value model in one module, so that one `accelerator.prepare` (one DDP wrapper or DeepSpeed
+    engine, one optimizer) holds both (the layout of MOSS-RLHF's PPO, as TRL's)."""
+
     def __init__(self, policy, value_model) -> None:
         super().__init__()
         self.policy = policy
@@ -126,8 +126,7 @@ class PolicyAndValueWrapper(nn.Module):
         self.is_gradient_checkpointing = policy.is_gradient_checkpointing
 
     def gradient_checkpointing_enable(self, **kwargs):
-        """Both trained models recompute their activations in the backward pass (ours: TRL's wrapper, the policy
-        alone, and its PPO never called it)."""
+        """Both trained models recompute their activations in the backward pass."""
         self.policy.gradient_checkpointing_enable(**kwargs)
         self.value_model.gradient_checkpointing_enable(**kwargs)
         self.is_gradient_checkpointing = True
@@ -143,31 +142,15 @@ class PolicyAndValueWrapper(nn.Module):
         return self.policy(**kwargs), logits
 
 
-class PPOTrainer(Trainer):
+class PPOTrainer:
     """Proximal Policy Optimization (Schulman et al. 2017) as in Ziegler et al. 2019: a policy and a value model
     trained together on rollouts scored by a frozen reward model (or reward functions), with a KL penalty toward a
     frozen reference. `args` is a `config.PPOTrainingConfig` (any object with its fields: the package imports nothing
     from the top level). With a LoRA `peft_config`, `ref_model` is None and the reference is the policy with its
     adapter off.
 
-    Like TRL's, it uses transformers' `Trainer` for its optimizer, scheduler, callbacks, logging and saving, but not
-    its `__init__` or training loop.
+    Used as transformers' trainers are: `add_callback`, `train(resume_from_checkpoint=...)`, `save_model`, `state`.
     """
-
-    _tag_names = ["trl", "ppo"]
-    _name = "PPO"
-    _paper = {
-        "title": "Fine-Tuning Language Models from Human Preferences",
-        "id": "1909.08593",
-        # docstyle-ignore
-        "citation": textwrap.dedent("""\
-            @article{mziegler2019fine-tuning,
-                title        = {{Fine-Tuning Language Models from Human Preferences}},
-                author       = {Daniel M. Ziegler and Nisan Stiennon and Jeffrey Wu and Tom B. Brown and Alec Radford and Dario Amodei and Paul F. Christiano and Geoffrey Irving},
-                year         = 2019,
-                eprint       = {arXiv:1909.08593}
-            }"""),  # noqa: E501
-    }
 
     def __init__(self, args, processing_class, model, ref_model, reward_model, train_dataset, value_model,
                  data_collator=None, optimizers=(None, None), callbacks=None, peft_config=None):
@@ -179,8 +162,8 @@ class PPOTrainer(Trainer):
         if data_collator is None:
             data_collator = DataCollatorWithPadding(self.processing_class)
 
-        # Completions end at the run's stop tokens, which the policy's generation config gets (ours: every end id the
-        # model declares with --stop_token eos, not the tokenizer's EOS alone; --stop_token_id alone with none)
+        # Completions end at the run's stop tokens, which the policy's generation config gets: every end id the model
+        # declares with --stop_token eos (not the tokenizer's EOS alone); --stop_token_id alone with none
         self.stop_token_ids = stop_token_ids(processing_class, model, args.stop_token, args.stop_token_id)
         self.policy_model.generation_config.eos_token_id = list(self.stop_token_ids) or None
 
@@ -213,9 +196,9 @@ class PPOTrainer(Trainer):
         #########
         if args.total_episodes is None:  # allow the users to define episodes in terms of epochs.
             args.total_episodes = int(args.num_train_epochs * self.train_dataset_len)
-        # Ours: accelerate accumulates over one mini-batch, and never syncs early at the end of the dataloader (TRL
-        # draws one dataloader batch per rollout, so a rollout that ends a pass took an optimizer step at every
-        # micro-batch). A DeepSpeed engine takes the same count from it at `prepare()`.
+        # accelerate accumulates over one mini-batch, and never syncs early at the end of the dataloader: one
+        # dataloader batch is a whole rollout, whose every mini-batch takes one optimizer step, also the rollout that
+        # ends a pass. A DeepSpeed engine takes the same count from it at `prepare()`.
         accumulation = GradientAccumulationPlugin(num_steps=args.gradient_accumulation_steps,
                                                   sync_with_dataloader=False)
         accelerator = Accelerator(gradient_accumulation_plugin=accumulation)
@@ -229,9 +212,9 @@ class PPOTrainer(Trainer):
         args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)  # may train beyond total_episodes
         self.local_seed = args.seed + accelerator.process_index * 100003  # Prime
         self.local_dataloader_batch_size = args.local_batch_size
-        # Ours: prompts per generate call and no-grad forward pass of a rollout. TRL's fixed 64 cost a GPU four
-        # launch-bound decodes for 64 prompts at our former default of 16: on a GPU, the whole rollout where a
-        # quarter of its memory holds it (the same on every launch of the same GPU: a resumed run generates alike).
+        # Prompts per generate call and no-grad forward pass of a rollout. Decoding is launch-bound on a GPU: there,
+        # the whole rollout where a quarter of its memory holds it (the same on every launch of the same GPU: a
+        # resumed run generates alike).
         self.rollout_chunk = args.local_rollout_forward_batch_size
         if self.rollout_chunk is None:
             gpu = accelerator.device.type == "cuda"
@@ -246,33 +229,37 @@ class PPOTrainer(Trainer):
                       "sets it)", flush=True)
 
         #########
-        # Models, optimizer (one AdamW over the policy and the value model), scheduler, callbacks
+        # Models, optimizer (one over the policy and the value model), scheduler, callbacks
         #########
         for module in [self.policy_model, self.ref_model, self.value_model, self.reward_model]:
             if module is not None:
                 disable_dropout_in_model(module)
         self.model = PolicyAndValueWrapper(self.policy_model, self.value_model)
-        # what Trainer.__init__ (skipped) would set that its methods read, in one place (ours: TRL's PPO set a few
-        # by hand and failed in every process but the first at the first save)
-        trainer_internals.init_trainer_attributes(self, accelerator)
-        # Ours: --gradient_checkpointing is honoured (TRL's PPO took the flag and never applied it); generation turns
-        # it off and back on (trl's unwrap_model_for_generation), where it would only slow decoding down.
+        self.is_deepspeed_enabled = getattr(accelerator.state, "deepspeed_plugin", None) is not None
+        self.is_fsdp_enabled = getattr(accelerator.state, "fsdp_plugin", None) is not None
+        # Generation turns gradient checkpointing off and back on (trl's unwrap_model_for_generation), where it would
+        # only slow decoding down.
         self.gradient_checkpointing_kwargs = args.gradient_checkpointing_kwargs or {"use_reentrant": False}
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.gradient_checkpointing_kwargs)
-        self.model.config = self.policy_model.config  # needed for pushing to hub
-        # the scheduler steps once per rollout (in train()), not per optimizer step
-        self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
-        default_callbacks = DEFAULT_CALLBACKS + get_reporting_integration_callbacks(self.args.report_to)
-        self.callbacks = default_callbacks if callbacks is None else default_callbacks + callbacks
-        self.callback_handler = CallbackHandler(
-            self.callbacks, self.model, self.processing_class, self.optimizer, self.lr_scheduler
-        )
-        self.add_callback(PrinterCallback if self.args.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
+        self.model.config = self.policy_model.config  # TensorBoard's callback records it with the run
+        if self.optimizer is None:
+            self.optimizer = create_optimizer(self.model, args)
+        if self.lr_scheduler is None:  # it steps once per rollout (in train()), not per optimizer step
+            self.lr_scheduler = get_scheduler(args.lr_scheduler_type, self.optimizer,
+                                              num_warmup_steps=args.get_warmup_steps(args.num_total_batches),
+                                              num_training_steps=args.num_total_batches,
+                                              scheduler_specific_kwargs=args.lr_scheduler_kwargs)
+        # transformers' callbacks: when to log and save (DefaultFlowCallback), the reporting integrations
+        # (TensorBoard...), the caller's, then the progress bar (or one printed line per log)
+        callbacks = [DefaultFlowCallback, *get_reporting_integration_callbacks(args.report_to), *(callbacks or []),
+                     PrinterCallback if args.disable_tqdm else ProgressCallback]
+        self.callback_handler = CallbackHandler(callbacks, self.model, processing_class, self.optimizer,
+                                                self.lr_scheduler)
         self.control = TrainerControl()
         self.state = OnlineTrainerState(
-            is_local_process_zero=self.is_local_process_zero(),
-            is_world_process_zero=self.is_world_process_zero(),
+            is_local_process_zero=accelerator.is_local_main_process,
+            is_world_process_zero=accelerator.is_main_process,
             stateful_callbacks=[
                 cb for cb in self.callback_handler.callbacks + [self.control] if isinstance(cb, ExportableState)
             ],
@@ -290,18 +277,19 @@ class PPOTrainer(Trainer):
             collate_fn=self.data_collator,
             drop_last=True,  # needed; otherwise the last batch will be of ragged shape
         )
-        if len(dataloader) == 0:  # ours: the rollout loop would wait for ever on a dataloader with no whole batch
+        if len(dataloader) == 0:  # the rollout loop would wait for ever on a dataloader with no whole batch
             raise ValueError(f"{self.train_dataset_len} prompts are fewer than one rollout of "
                              f"{self.local_dataloader_batch_size} per process: give more prompts or a smaller batch")
         # sync random states for DataLoader(shuffle=True) before `accelerator.prepare`
         # see https://gist.github.com/vwxyzjn/2581bff1e48e185e0b85b6dfe1def79c
         torch.manual_seed(args.seed)
+        sampler = dataloader.sampler  # in a multi-process run, accelerate gives it a generator seeded alike in each
         self.model, self.optimizer, dataloader = accelerator.prepare(self.model, self.optimizer, dataloader)
         torch.manual_seed(self.local_seed)  # reset the local seed again
-        self.dataloader = RecordedPasses(dataloader)  # ours: a resumed run draws its pass again
+        self.dataloader = RecordedPasses(dataloader, sampler)  # a resumed run draws its pass again
 
-        # Ours: reward functions in the reward model's place are scored in place, and only their reward model (if
-        # any) goes through DeepSpeed or to the device.
+        # Reward functions in the reward model's place are scored in place, and only their reward model (if any)
+        # goes through DeepSpeed or to the device.
         scorer = self.reward_model if _is_sequence_classifier(self.reward_model) else self.reward_model.reward_model
         if self.is_deepspeed_enabled:
             scorer = prepare_deepspeed(scorer, accelerator) if scorer is not None else None
@@ -316,7 +304,6 @@ class PPOTrainer(Trainer):
         else:
             self.reward_model.reward_model = scorer
 
-        # Ours
         self.kl_coef = args.kl_coef  # the KL penalty coefficient of the next rollout (adapts with target_kl)
         self.without_signal = False  # whether every completion of the last rollout scored the same
         self.advantages_zeroed = False  # whether the last rollout's advantages were set to 0 for it
@@ -326,8 +313,17 @@ class PPOTrainer(Trainer):
         if hasattr(self.reward_model, "trainer_state"):
             self.reward_model.trainer_state = lambda: self.state
 
-    def get_train_dataloader(self):
-        return self.dataloader
+    def add_callback(self, callback):
+        """Add a transformers `TrainerCallback` (an instance or a class), called after those already there."""
+        self.callback_handler.add_callback(callback)
+
+    def log(self, logs):
+        """Log `logs` (with the epoch) at the current step: into `state.log_history` and every callback's `on_log`
+        (TensorBoard, the progress bar, the health checks)."""
+        if self.state.epoch is not None:
+            logs["epoch"] = self.state.epoch
+        self.state.log_history.append({**logs, "step": self.state.global_step})
+        self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
 
     # ---- The models ----
 
@@ -342,23 +338,26 @@ class PPOTrainer(Trainer):
 
     @contextmanager
     def null_ref_context(self):
-        """With LoRA, the reference: the policy with its adapter disabled.
-
-        Ours: the policy is taken out of DDP's wrapper (TRL read `.policy` through it: AttributeError at the first
-        rollout of a multi-process LoRA run)."""
+        """With LoRA, the reference: the policy with its adapter disabled (out of DDP's wrapper, which hides
+        `.policy`)."""
         policy = self.trained_policy
         with policy.disable_adapter() if self.is_peft_model else nullcontext():
             yield policy
 
     # ---- Training ----
 
-    def train(self):
+    def train(self, resume_from_checkpoint=None):
         """Rollouts until `num_total_batches`: generate and score (`_rollout`), rewards and advantages
         (`_advantages`), PPO epochs (`_update`), logs and adaptive KL (`_log_rollout`), then transformers' callbacks
-        (checkpoints, the health check, the held-out evaluation)."""
+        (checkpoints, the health check, the held-out evaluation).
+
+        With `resume_from_checkpoint` (a checkpoint folder, or True for the newest in `output_dir`), as with
+        transformers' trainers, the run goes on from where that checkpoint left it (`resume`)."""
+        if resume_from_checkpoint:
+            self.resume(resume_from_checkpoint)
         args = self.args
         self.model.train()
-        # trainer state initialization (ours: a resumed run's counters continue from its checkpoint)
+        # trainer state initialization: a resumed run's counters continue from its checkpoint
         self.state.global_step = self._first_batch
         self.state.episode = self._first_batch * args.batch_size
         self._start_time, self._first_episode = time.time(), self.state.episode  # eps: this launch's own
@@ -369,8 +368,6 @@ class PPOTrainer(Trainer):
             if steps is not None:
                 setattr(self.state, name, math.ceil(self.state.max_steps * steps) if steps < 1 else steps)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
-        if self.is_deepspeed_enabled:  # what transformers' saving reads
-            trainer_internals.set_deepspeed_engine(self, self.model)
 
         def passes():  # one dataloader batch per rollout, pass after pass over the prompts
             while True:
@@ -449,9 +446,8 @@ class PPOTrainer(Trainer):
         rollout = SimpleNamespace(query_responses=query_responses, context_length=context_length,
                                   **{name: torch.cat(tensors, 0) for name, tensors in parts.items()})
         del parts, full_value
-        # Ours: the cache is emptied twice per rollout (TRL: after every chunk and mini-batch, ~70 calls a rollout on
-        # a GPU): here, once the generation's logits over the vocabulary are freed, before the update needs the room,
-        # and after the rollout (train()).
+        # The cache is emptied twice per rollout (each call costs a GPU synchronisation): here, once the generation's
+        # logits over the vocabulary are freed, before the update needs the room, and after the rollout (train()).
         clear_device_cache()
         return rollout
 
@@ -460,10 +456,9 @@ class PPOTrainer(Trainer):
         """3-5. The rollout's per-token rewards (the KL penalty, the score), its advantages by GAE, whitened over the
         whole rollout, and the returns the value model learns; set on `rollout`."""
         args, r = self.args, rollout
-        # whitening's sums over every process (rollout statistics shape the gradient: DESIGN.md, turn 5)
+        # whitening's sums over every process: statistics that shape the gradient are the whole rollout's
         total = (lambda t: self.accelerator.reduce(t, "sum")) if self.accelerator.num_processes > 1 else None
-        # A completion cut off before its stop token scores `missing_eos_penalty` lower (ours: any of the run's stop
-        # tokens, not the tokenizer's EOS alone).
+        # A completion cut off before any of the run's stop tokens scores `missing_eos_penalty` lower.
         r.ended = stop_mask(r.ended_responses, self.stop_token_ids).any(dim=-1)
         if args.missing_eos_penalty is not None:
             r.scores[~r.ended] -= args.missing_eos_penalty
@@ -484,11 +479,11 @@ class PPOTrainer(Trainer):
             rewards = torch.masked_fill(rewards, r.padding_mask_p1, 0)
         # 4. Advantages by GAE; the value model learns the returns A + V.
         advantages, r.returns = gae(rewards, r.values, args.gamma, args.lam)
-        # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1 (ours: only
-        # with whiten_advantages; unwhitened, one right answer in 16 pushes itself up, not the 15 others down).
+        # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1, with
+        # whiten_advantages (unwhitened, one right answer in 16 pushes itself up, not the 15 others down).
         if args.whiten_advantages:
             advantages = masked_whiten(advantages, ~r.padding_mask, total=total)
-        # Ours: whitened, a rollout whose completions all scored the same (a verifier that none passed) would still
+        # Whitened, a rollout whose completions all scored the same (a verifier that none passed) would still
         # get advantages of unit size: GAE's noise (the value model's errors, the KL penalty and, with lam < 1, a
         # push against the last token, EOS), a full PPO step. With skip_rollouts_without_signal they are 0 (GRPO's
         # zero advantage for a group that all scored the same) and the policy is not stepped at all (`_update`); the
@@ -504,7 +499,7 @@ class PPOTrainer(Trainer):
         """6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch (its
         micro-batches accumulated). Returns each step's statistics, {name: tensor (epoch, mini-batch, micro-batch)}.
 
-        Ours: a rollout without signal steps the value model alone. Its policy gradients are 0, and AdamW would still
+        A rollout without signal steps the value model alone. Its policy gradients are 0, and AdamW would still
         move the policy by its momentum (and weight decay): they are dropped before each step, which AdamW then skips
         for those weights. Under DeepSpeed and FSDP, whose optimizers hold the weights flattened together, such a
         rollout is not trained on at all (its statistics 0)."""
@@ -552,12 +547,12 @@ class PPOTrainer(Trainer):
 
     @torch.no_grad()
     def _log_rollout(self, rollout, stats):
-        """TRL's metrics of the rollout and its PPO epochs (over every process) and ours; then 7, adaptive KL: the
-        next rollout's coefficient follows target_kl (objective/kl is the mean over all processes: each adapts the
-        same way)."""
+        """TRL's metrics of the rollout and its PPO epochs (over every process) and `_run_metrics`; then 7, adaptive
+        KL: the next rollout's coefficient follows target_kl (objective/kl is the mean over all processes: each adapts
+        the same way)."""
         args, r = self.args, rollout
-        # Ours: `gather`, not TRL's `gather_for_metrics`: rollouts draw whole batches (drop_last), so there is no
-        # padding to drop, and at each pass's last batch it logged "The used dataset had no length" per call.
+        # `gather`, not `gather_for_metrics`: rollouts draw whole batches (drop_last), so there is no padding to drop,
+        # and at each pass's last batch `gather_for_metrics` logged "The used dataset had no length" per call.
         gathered = self.accelerator.gather
         mean_kl = r.kl.sum(1).mean()
         # Mask padding positions, filled with INVALID_LOGPROB, else they'd drag the entropy negative
@@ -576,7 +571,7 @@ class PPOTrainer(Trainer):
         metrics["val/num_eos_tokens"] = gathered(r.ended.sum()).sum().item()  # every process's
         metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
         metrics["episode"] = self.state.episode
-        metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)
+        metrics.update(self._run_metrics(metrics))  # every process takes part (gathers)
         self.state.epoch = self.state.episode / self.train_dataset_len  # used by self.log
         self.state.global_step += 1
         self.log(metrics)
@@ -584,7 +579,7 @@ class PPOTrainer(Trainer):
             self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl, args.batch_size,
                                             args.kl_horizon)
 
-    # ---- What we log beyond TRL's metrics ----
+    # ---- What is logged beyond TRL's metrics ----
 
     def record_completions(self, completions, stop_token_ids):
         """Each rollout's completions (token ids after the prompt, padded after the stop token), for their lengths."""
@@ -592,14 +587,14 @@ class PPOTrainer(Trainer):
         self._lengths.append(lengths)
         self._clipped.append(clipped)
 
-    def _our_metrics(self, metrics):
-        """The KL coefficient, the rollout without signal, the completion lengths (under GRPO's names: TRL's PPO
-        logged none, where length hacking shows) and each reward function, over all processes (call it in each)."""
+    def _run_metrics(self, metrics):
+        """The KL coefficient, the rollout without signal, the completion lengths (under GRPO's names: where length
+        hacking shows) and each reward function, over all processes (call it in each)."""
         gathered = self.accelerator.gather  # (as in _log_rollout)
-        ours = {"objective/kl_coef": self.kl_coef}  # the coefficient this rollout was trained with
+        logged = {"objective/kl_coef": self.kl_coef}  # the coefficient this rollout was trained with
         # decided alike in every process; the first is what rlhf.health's no_learning_signal alarm reads
-        ours["objective/rollout_without_signal"] = float(self.without_signal)
-        ours["objective/advantages_zeroed"] = float(self.advantages_zeroed)
+        logged["objective/rollout_without_signal"] = float(self.without_signal)
+        logged["objective/advantages_zeroed"] = float(self.advantages_zeroed)
         if self.advantages_zeroed and not self._said_zeroed and self.accelerator.is_main_process:
             self._said_zeroed = True
             skipped = ("the policy takes no step from it and its learning-rate schedule does not move (the value "
@@ -614,15 +609,15 @@ class PPOTrainer(Trainer):
             lengths = gathered(torch.cat(self._lengths)).float()
             clipped = gathered(torch.cat(self._clipped)).float()
             self._lengths, self._clipped = [], []
-            ours.update({
+            logged.update({
                 "completions/mean_length": lengths.mean().item(),
                 "completions/min_length": lengths.min().item(),
                 "completions/max_length": lengths.max().item(),
                 "completions/clipped_ratio": clipped.mean().item(),
             })
         if hasattr(self.reward_model, "recorded_metrics"):
-            ours.update(self.reward_model.recorded_metrics(gathered))
-        return ours
+            logged.update(self.reward_model.recorded_metrics(gathered))
+        return logged
 
     @contextmanager
     def generating_aside(self):
@@ -640,47 +635,46 @@ class PPOTrainer(Trainer):
     # ---- Saving ----
 
     def save_checkpoint(self):
-        """A checkpoint: ours first (data order, value model, KL coefficient), then transformers' (the policy,
-        optimizer, scheduler, random states, and `trainer_state.json` last: it marks a checkpoint complete)."""
-        checkpoint = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        if self.args.should_save:  # the order is drawn alike in every process (see RecordedPasses)
-            checkpoint.mkdir(parents=True, exist_ok=True)
+        """`checkpoint-{global_step}` in `output_dir`: the order of the prompts, the value model and KL coefficient,
+        the policy (with LoRA, its adapter), the optimizer, scheduler and random states, and `trainer_state.json`
+        last (`rlhf.checkpoints` trusts only a checkpoint that has it); then checkpoints beyond `save_total_limit`
+        go, oldest first (never the newest nor the best). Call it in every process."""
+        args = self.args
+        checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        checkpoint.mkdir(parents=True, exist_ok=True)  # every process writes its own random states in it
+        if args.should_save:  # the order is drawn alike in every process (see RecordedPasses)
             torch.save(self.dataloader.state(), checkpoint / DATA_ORDER_FILE)
         self.save_extra_checkpoint_files(checkpoint)
-        with self._without_ddp_wrapper():
-            model_name = (Path(self.args.output_dir).name if self.args.hub_model_id is None
-                          else self.args.hub_model_id.split("/")[-1])
-            self.create_model_card(model_name=model_name)
-            trainer_internals.save_checkpoint(self, self.model)
+        self.create_model_card()
+        self.save_model(checkpoint)
+        if not args.save_only_model:
+            self.save_optimizer_scheduler_and_rng(checkpoint)
+        if args.should_save:
+            for callback in [*self.callback_handler.callbacks, self.control]:  # their state, as transformers saves it
+                if isinstance(callback, ExportableState):
+                    self.state.stateful_callbacks[type(callback).__name__] = callback.state()
+            self.state.save_to_json(str(checkpoint / TRAINER_STATE_FILE))
+            rotate_checkpoints(args.output_dir, args.save_total_limit, self.state.best_model_checkpoint,
+                               use_mtime=True)
 
     def save_extra_checkpoint_files(self, checkpoint):
-        """The value model and the KL coefficient (TRL's checkpoints held only the policy). In every process, before
-        anything else of transformers' is saved in the checkpoint."""
+        """The value model and the KL coefficient. In every process, before the policy and the trainer state."""
         self.save_value_model(checkpoint / VALUE_MODEL_DIR)  # in every process: ZeRO-3 / FSDP gather its weights
         if self.args.should_save:
             (checkpoint / PPO_STATE).write_text(json.dumps({"kl_coef": self.kl_coef}) + "\n")
 
-    def save_model(self, output_dir=None, _internal_call=False):
-        """The policy alone (with LoRA, its adapter), loadable with `from_pretrained`.
-
-        Ours: under DDP, the wrapper is taken off first (TRL's kept the whole policy-and-value state dict, which no
-        model loads); under DeepSpeed, the weights are gathered from the engine in every process (ZeRO-3 gathers its
-        shards) and the main process saves the policy's part (TRL's failed at the first checkpoint)."""
-        if self.is_deepspeed_enabled:
-            output_dir = output_dir or self.args.output_dir
-            weights = self.accelerator.get_state_dict(self.deepspeed)
-            if self.args.should_save:
-                self.trained_policy.save_pretrained(output_dir, state_dict={
-                    name.removeprefix("policy."): tensor for name, tensor in weights.items()
-                    if name.startswith("policy.")})
+    def save_model(self, output_dir=None):
+        """The policy alone (with LoRA, its adapter), loadable with `from_pretrained`, with the tokenizer and the
+        training arguments (`training_args.bin`). Call it in every process: the weights are taken out of DDP or the
+        DeepSpeed engine (ZeRO-3 and FSDP gather their shards) and the main process saves the policy's part."""
+        output_dir = str(output_dir or self.args.output_dir)
+        weights = self.accelerator.get_state_dict(self.model)  # policy.* and value_model.*, whole
+        if not self.args.should_save:
             return
-        with self._without_ddp_wrapper():
-            backup_model = self.model
-            self.model = self.model.policy  # save only the policy for inference
-            try:
-                super().save_model(output_dir, _internal_call)
-            finally:
-                self.model = backup_model
+        self.trained_policy.save_pretrained(output_dir, state_dict={
+            name.removeprefix("policy."): tensor for name, tensor in weights.items() if name.startswith("policy.")})
+        self.processing_class.save_pretrained(output_dir)
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_FILE))
 
     def value_model_state_dict(self):
         """The value model's weights on the main process (None on the others). Call it in every process: under
@@ -697,49 +691,57 @@ class PPOTrainer(Trainer):
         if self.accelerator.is_main_process:
             self.trained_value_model.save_pretrained(path, state_dict=weights)
 
-    def create_model_card(self, model_name=None):
+    def save_optimizer_scheduler_and_rng(self, checkpoint):
+        """The optimizer, learning-rate scheduler (and fp16 loss scaler) states, and this process's random states.
+        Call it in every process: DeepSpeed and FSDP save each process's shard of the optimizer state."""
+        accelerator, save = self.accelerator, self.args.should_save
+        if self.is_deepspeed_enabled:
+            self.model.save_checkpoint(str(checkpoint))  # the engine's own checkpoint, global_step*/ (weights too)
+        elif self.is_fsdp_enabled:
+            from accelerate.utils import save_fsdp_model, save_fsdp_optimizer
+
+            plugin = accelerator.state.fsdp_plugin
+            save_fsdp_model(plugin, accelerator, self.model, str(checkpoint))
+            save_fsdp_optimizer(plugin, accelerator, self.optimizer, self.model, str(checkpoint))
+        elif save:
+            torch.save(self.optimizer.state_dict(), checkpoint / OPTIMIZER_FILE)
+        if save:
+            torch.save(self.lr_scheduler.state_dict(), checkpoint / SCHEDULER_FILE)
+            if accelerator.scaler is not None:
+                torch.save(accelerator.scaler.state_dict(), checkpoint / SCALER_FILE)
+        save_rng_state(checkpoint, accelerator.process_index, accelerator.num_processes)
+
+    def create_model_card(self):
         """TRL's model card (README.md in the output folder), with the policy's base model and PPO's citation."""
-        if not self.is_world_process_zero():
+        if not self.accelerator.is_main_process:
             return
         from trl.trainer.utils import generate_model_card
 
+        hub_model_id = self.args.hub_model_id
         name_or_path = self.trained_policy.config.name_or_path
         card = generate_model_card(
             base_model=name_or_path if name_or_path and not os.path.isdir(name_or_path) else None,
-            model_name=model_name, hub_model_id=self.hub_model_id, dataset_name=None, tags=list(self._tag_names),
-            wandb_url=None, trackio_url=None, comet_url=None, trainer_name=self._name,
-            trainer_citation=self._paper["citation"], paper_title=self._paper["title"], paper_id=self._paper["id"])
+            model_name=Path(self.args.output_dir).name if hub_model_id is None else hub_model_id.split("/")[-1],
+            hub_model_id=None, dataset_name=None, tags=["trl", "ppo"], wandb_url=None, trackio_url=None,
+            comet_url=None, trainer_name="PPO", trainer_citation=CITATION,
+            paper_title="Fine-Tuning Language Models from Human Preferences", paper_id="1909.08593")
         card.save(os.path.join(self.args.output_dir, "README.md"))
 
-    @contextmanager
-    def _without_ddp_wrapper(self):
-        """`self.model` out of DDP's wrapper, which hides the policy-and-value wrapper's `.config` and `.policy` that
-        saving reads (ours: TRL's failed at the first checkpoint of a multi-process run, huggingface/trl#2375)."""
-        from torch.nn.parallel import DistributedDataParallel
+    # ---- Resuming ----
 
-        wrapped = self.model
-        if isinstance(wrapped, DistributedDataParallel):
-            self.model = wrapped.module
-        try:
-            yield
-        finally:
-            self.model = wrapped
-
-    # ---- Resuming (ours) ----
-
-    def resume(self, checkpoint, load_adapter=False):
-        """Restore optimizer, scheduler, random states, KL coefficient and progress from `checkpoint`.
-
-        Full weights (policy, value model) are loaded from the checkpoint before the trainer is built; a LoRA
-        adapter is loaded here (`load_adapter`), once the trainer has wrapped the policy.
-        """
+    def resume(self, checkpoint):
+        """Go on from `checkpoint` (True: the newest in `output_dir`) as `save_checkpoint` wrote it: the policy's (or
+        its adapter's) and the value model's weights, the optimizer, scheduler and random states, the KL coefficient,
+        the logs and best checkpoint so far, and the progress (`start_at_batch`). `train(resume_from_checkpoint=...)`
+        calls it; checkpoints of earlier versions of this package hold the same files."""
+        if checkpoint is True:
+            checkpoint = last_checkpoint(self.args.output_dir)
+            if checkpoint is None:
+                raise UserError(f"--resume_from_checkpoint: {self.args.output_dir} holds no complete checkpoint")
         checkpoint = Path(checkpoint)
-        if load_adapter:
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(self.trained_policy, load_file(checkpoint / "adapter_model.safetensors"))
-        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        state = json.loads((checkpoint / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+        if not self.is_deepspeed_enabled:  # DeepSpeed's own checkpoint holds the weights
+            self.load_weights(checkpoint)
         # The run's logs, held-out evaluations and best checkpoint go on, as transformers' resume restores them.
         self.state.log_history = state.get("log_history", [])
         for name in ("best_metric", "best_model_checkpoint", "best_global_step"):
@@ -748,10 +750,21 @@ class PPOTrainer(Trainer):
         self.kl_coef = json.loads((checkpoint / PPO_STATE).read_text(encoding="utf-8"))["kl_coef"]
         self.start_at_batch(state["global_step"])
 
+    def load_weights(self, checkpoint):
+        """The trained models' weights from `checkpoint`: the policy (with LoRA, its adapter) and the value model as
+        `save_pretrained` wrote them (under FSDP, its own files of the two together)."""
+        if self.is_fsdp_enabled:
+            from accelerate.utils import load_fsdp_model
+
+            load_fsdp_model(self.accelerator.state.fsdp_plugin, self.accelerator, self.model, str(checkpoint))
+            return
+        load_pretrained_weights(self.trained_policy, checkpoint, adapter=self.is_peft_model)
+        load_pretrained_weights(self.trained_value_model, checkpoint / VALUE_MODEL_DIR)
+
     def restore_optimizer_scheduler_and_rng(self, checkpoint):
-        """Load the optimizer, learning-rate scheduler and random states that transformers saved in `checkpoint`,
-        and the random states of the data order."""
-        checkpoint = Path(checkpoint)
+        """Load the optimizer, learning-rate scheduler (and loss scaler) and random states saved in `checkpoint`, and
+        the random states of the data order. Under DeepSpeed, the engine loads its own checkpoint, weights included."""
+        checkpoint, accelerator = Path(checkpoint), self.accelerator
 
         def load(name):
             # weights_only: plain tensors and numbers, nothing is unpickled beyond that. On the CPU: under torchrun on
@@ -760,14 +773,26 @@ class PPOTrainer(Trainer):
             return torch.load(checkpoint / name, map_location="cpu", weights_only=True)
 
         if self.is_deepspeed_enabled:
-            # DeepSpeed keeps the optimizer state in its own checkpoint (global_step*/), one shard per process
-            from transformers.integrations.deepspeed import deepspeed_load_checkpoint
+            # one shard of the optimizer state per process, in global_step*/ (the `latest` file names it)
+            loaded, _ = self.model.load_checkpoint(str(checkpoint), load_optimizer_states=True,
+                                                   load_lr_scheduler_states=True)
+            if loaded is None:
+                raise UserError(f"{checkpoint} holds no DeepSpeed checkpoint (global_step*/ and `latest`) to resume "
+                                "from: resume a run saved under DeepSpeed with the same --config_file")
+        elif self.is_fsdp_enabled:
+            from accelerate.utils import load_fsdp_optimizer
 
-            deepspeed_load_checkpoint(self.model, str(checkpoint))
+            load_fsdp_optimizer(accelerator.state.fsdp_plugin, accelerator, self.optimizer, self.model,
+                                str(checkpoint))
         else:
-            self.optimizer.load_state_dict(load(OPTIMIZER_NAME))
-        self.lr_scheduler.load_state_dict(load(SCHEDULER_NAME))
-        trainer_internals.load_rng_state(self, checkpoint)  # this process's own file in a multi-process run
+            self.optimizer.load_state_dict(load(OPTIMIZER_FILE))
+        self.lr_scheduler.load_state_dict(load(SCHEDULER_FILE))
+        if accelerator.scaler is not None and (checkpoint / SCALER_FILE).exists():
+            accelerator.scaler.load_state_dict(load(SCALER_FILE))
+        if not load_rng_state(checkpoint, accelerator.process_index, accelerator.num_processes) \
+                and accelerator.is_main_process:
+            print(f"note: {checkpoint} holds no random state of this launch's process count (its run had another): "
+                  "the resumed run draws other random numbers than one uninterrupted run", flush=True)
         if (checkpoint / DATA_ORDER_FILE).exists():  # not in checkpoints of earlier versions of this package
             self.dataloader.load_state(load(DATA_ORDER_FILE))
 
@@ -779,23 +804,42 @@ class PPOTrainer(Trainer):
         self._first_batch = done
 
 
-class RecordedPasses:
-    """The train dataloader, keeping the random state that the order of the pass in flight was drawn from (ours).
+def create_optimizer(model, args):
+    """The optimizer `--optim` names (transformers' `Trainer.get_optimizer_cls_and_kwargs`: its learning rate, betas,
+    epsilon and `--optim_args`) over `model`'s trained weights, with `--weight_decay` on all but biases and norms.
+    Refused in one line: an optimizer that needs transformers' own training step or the model itself."""
+    from transformers.trainer_optimizer import is_optimizer_factory
+    from transformers.trainer_pt_utils import get_parameter_names
 
-    `DataLoader(shuffle=True)` draws a pass's order when the pass begins: from its sampler's generator, which
-    accelerate gives it (seeded alike in every process) in a multi-process run and calls `synchronized_generator`,
-    else one seed from torch's global generator. A run resumed inside a later pass must draw that pass again from
-    the state it was drawn from: the checkpoint's random state is where that pass left it.
+    optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    if is_optimizer_factory(optimizer_cls) or {"params", "model", "optimizer_dict"} & kwargs.keys():
+        raise UserError(f"--optim {args.optim} builds its optimizer from the model inside transformers' Trainer, "
+                        "which train_ppo.py does not use; choose an optimizer that steps on gradients alone, e.g. "
+                        "--optim adamw_torch (the default), adafactor or sgd")
+    decay = set(get_parameter_names(model, [nn.LayerNorm], NO_DECAY))
+    trained = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+    groups = [{"params": [p for name, p in trained if name in decay], "weight_decay": args.weight_decay},
+              {"params": [p for name, p in trained if name not in decay], "weight_decay": 0.0}]
+    return optimizer_cls(groups, **kwargs)
+
+
+class RecordedPasses:
+    """The train dataloader, keeping the random state that the order of the pass in flight was drawn from.
+
+    `DataLoader(shuffle=True)` draws a pass's order when the pass begins: from its `sampler`'s generator, which
+    accelerate gives it (seeded alike in every process) in a multi-process run, else one seed from torch's global
+    generator. A run resumed inside a later pass must draw that pass again from the state it was drawn from: the
+    checkpoint's random state is where that pass left it.
     """
 
-    def __init__(self, dataloader):
-        self.dataloader = dataloader
+    def __init__(self, dataloader, sampler):
+        self.dataloader, self.sampler = dataloader, sampler
         self.pass_start = None  # the order generator's state when the pass in flight began
         self._first_pass = None  # the rest of the pass a resumed run stopped in
 
     def _generator_state(self, state=None):
         """The state of the generator that passes are drawn from; with `state`, set it first."""
-        generator = self.dataloader.synchronized_generator  # accelerate's name for the sampler's generator
+        generator = self.sampler.generator
         if state is not None:
             (generator.set_state if generator is not None else torch.set_rng_state)(state)
         return generator.get_state() if generator is not None else torch.get_rng_state()
@@ -806,7 +850,7 @@ class RecordedPasses:
     def load_state(self, state):
         """Put back `state()` as saved; then `skip_first` draws the pass in flight again."""
         self.pass_start = state["pass_start"]
-        self._generator_state(state["now"])  # the sampler's generator is not in transformers' random states
+        self._generator_state(state["now"])  # the sampler's generator is not among the checkpoint's random states
 
     def skip_first(self, skip):
         """Draw the pass in flight again from its saved state, and leave out its first `skip` batches."""

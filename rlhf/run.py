@@ -295,15 +295,15 @@ class TrainingRun:
         record_launch(self.output_dir, self.script, self.configs, self.launch)
         self.recorded = True
 
-    def train(self, trainer, train=None):
-        """`trainer.train()` (or `train()`) under `guarded_train`: Ctrl-C or SIGTERM saves a checkpoint and exits
-        130, a non-finite value exits 1. Returns only when training ran to its end."""
+    def train(self, trainer):
+        """`trainer.train()` (from the launch's checkpoint, if any) under `guarded_train`: Ctrl-C or SIGTERM saves a
+        checkpoint and exits 130, a non-finite value exits 1. Returns only when training ran to its end."""
         from rlhf.guard import guarded_train  # it imports transformers
 
         if not self.recorded:
             raise RuntimeError("record() the launch before training: each checkpoint keeps a copy of its manifest")
         self._watch(trainer)
-        guarded_train(trainer, self.output_dir, self.checkpoint, train)
+        guarded_train(trainer, self.output_dir, self.checkpoint)
 
     def _watch(self, trainer):
         """Add the health checks and the run report. The health callback goes before the reporting callbacks

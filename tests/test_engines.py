@@ -2,7 +2,8 @@
 the shipped configs (`DS_ACCELERATOR=cpu`), and FSDP, which accelerate runs on GPUs only, refused on CPU.
 
 A few combinations cover each engine and each trainer once (the full matrix verified by hand is in
-docs/multi-gpu.md): GRPO ZeRO-2 (+ continued), PPO ZeRO-3, the reward model ZeRO-3; the refusals.
+docs/multi-gpu.md): GRPO ZeRO-2 (+ continued), PPO ZeRO-2 (+ resumed) and ZeRO-3, the reward model ZeRO-3; the
+refusals.
 """
 
 import importlib.util
@@ -101,6 +102,30 @@ def test_ppo_with_reward_functions_under_zero2_scores_them_and_saves_the_value_m
     # policy's momentum cannot be held alone).
     assert logged["train/objective/advantages_zeroed"][0][1] == 1.0
     assert "it is not trained on (under DeepSpeed or FSDP the value model skips it too)" in result.stdout
+
+
+@launched
+def test_ppo_under_zero2_resumed_from_a_checkpoint_trains_what_one_run_trains(tiny_models, tmp_path):
+    """The optimizer state comes back from DeepSpeed's own checkpoint (global_step*/), in each process its shard."""
+    from test_interruption import final_weights
+
+    def args(out, *extra):
+        return ppo_args(tiny_models, out, "--total_episodes", "12", "--prompts_per_rollout", "4",
+                        "--per_device_train_batch_size", "1", "--max_samples", "8", "--save_steps", "1",
+                        "--save_total_limit", "10", "--lr_scheduler_type", "constant", "--learning_rate", "1e-3",
+                        *extra)
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert_ok(launch("deepspeed_zero2", "train_ppo.py", *args(whole)))  # 3 rollouts, a checkpoint after each
+    assert any((whole / "checkpoint-2").glob("global_step*"))
+    result = launch("deepspeed_zero2", "train_ppo.py",
+                    *args(resumed, "--resume_from_checkpoint", whole / "checkpoint-2"))
+    assert_ok(result)
+    assert f"Resuming from {whole / 'checkpoint-2'} (step 2)." in result.stdout
+    expected, weights = final_weights(whole), final_weights(resumed)
+    assert weights.keys() == expected.keys() and any(name.startswith("value_model") for name in weights)
+    differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
+    assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
 
 
 @launched

@@ -57,16 +57,21 @@ def test_finite_logs_pass():
 
 
 class FakeTrainer:
-    """What guarded_train uses of a trainer: add_callback, and the callbacks (one holds a progress bar)."""
+    """What guarded_train uses of a trainer: add_callback, the callbacks (one holds a progress bar), and `train`,
+    which runs `steps()`."""
 
     def __init__(self):
         self.state = TrainerState(global_step=0)
         self.bar = SimpleNamespace(closed=False)
         self.bar.close = lambda: setattr(self.bar, "closed", True)
         self.callback_handler = SimpleNamespace(callbacks=[SimpleNamespace(training_bar=self.bar)])
+        self.steps = None
 
     def add_callback(self, callback):
         self.callback_handler.callbacks.append(callback)
+
+    def train(self, resume_from_checkpoint=None):
+        self.steps()
 
     @property
     def guard(self):
@@ -94,7 +99,8 @@ def test_sigterm_during_training_ends_after_the_next_checkpoint_with_exit_code_1
         raise AssertionError("the guard did not stop training once the checkpoint was saved")
 
     with pytest.raises(SystemExit) as exit:
-        guarded_train(trainer, tmp_path, train=train)
+        trainer.steps = train
+        guarded_train(trainer, tmp_path)
     assert exit.value.code == 130
     out = capsys.readouterr().out
     assert "SIGTERM received" in out
@@ -114,7 +120,8 @@ def test_a_signal_before_any_step_of_the_launch_has_ended_aborts_at_once_in_one_
         raise AssertionError("the guard waited for a step to end before stopping")
 
     with pytest.raises(SystemExit) as exit:
-        guarded_train(trainer, tmp_path, train=train)
+        trainer.steps = train
+        guarded_train(trainer, tmp_path)
     assert exit.value.code == 130
     out = capsys.readouterr().out
     assert f"Aborted at step 4 without saving (the last complete checkpoint is {checkpoint})." in out
@@ -149,7 +156,8 @@ def test_a_non_finite_number_or_a_user_error_in_training_ends_in_one_line(tmp_pa
         raise error
 
     with pytest.raises(SystemExit) as exit:
-        guarded_train(trainer, tmp_path, train=train)
+        trainer.steps = train
+        guarded_train(trainer, tmp_path)
     assert exit.value.code == code
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(said.format(checkpoint=checkpoint))

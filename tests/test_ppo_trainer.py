@@ -129,7 +129,7 @@ def test_a_resumed_pass_over_the_prompts_is_drawn_again_in_its_order(hooks):
     def firsts(batches):
         return [batch["input_ids"][:, 0].tolist() for batch in batches]
 
-    loader = hooks.get_train_dataloader()  # 4 prompts, 2 batches of 2 per pass
+    loader = hooks.dataloader  # 4 prompts, 2 batches of 2 per pass
     for _ in range(5):  # a few passes in: the pass in flight was drawn long after the first
         list(loader)
     in_flight = iter(loader)
@@ -208,6 +208,52 @@ def test_the_value_model_is_the_wrappers_value_model(hooks):
     assert hooks.trained_policy is hooks.accelerator.unwrap_model(hooks.model).policy
 
 
+def test_ppo_is_a_trainer_of_its_own_and_offers_none_of_transformers_trainers_other_methods(hooks):
+    from transformers import Trainer
+
+    from rlhf.ppo_trainer import PPOTrainer
+
+    assert not issubclass(PPOTrainer, Trainer) and not isinstance(hooks, Trainer)
+    for name in ("evaluate", "predict", "push_to_hub", "create_optimizer", "_save_checkpoint", "_load_rng_state"):
+        assert not hasattr(hooks, name), name
+    # what the package's run lifecycle and callbacks use, as they use it on transformers' trainers
+    assert {"add_callback", "train", "save_model", "state", "control", "callback_handler", "args"} <= set(dir(hooks))
+
+
+def test_a_run_resumed_by_train_from_a_checkpoint_trains_what_one_run_trains(tiny_models, tmp_path):
+    """`train(resume_from_checkpoint=...)` in a trainer built afresh gives the weights, logs and KL coefficient of one
+    uninterrupted run (3 rollouts, resumed after the first; True: the newest checkpoint in output_dir)."""
+    import shutil
+
+    import torch
+    from transformers import set_seed
+
+    def trainer(out, **config):
+        set_seed(0)
+        return tiny_ppo(tiny_models, out, per_device_train_batch_size=2, total_episodes=6, learning_rate=1e-2,
+                        target_kl=0.01, kl_horizon=10, lr_scheduler_type="constant", save_total_limit=None,
+                        **config)
+
+    def outcome(ppo):
+        weights = [p.detach().clone() for model in (ppo.trained_policy, ppo.trained_value_model)
+                   for p in model.parameters()]
+        logs = [{key: value for key, value in logs.items() if key != "eps"} for logs in ppo.state.log_history]
+        return weights, json.dumps(logs, sort_keys=True), ppo.kl_coef, ppo.state.global_step  # NaN == NaN
+
+    whole = trainer(tmp_path / "whole", save_steps=1)
+    whole.train()  # 3 rollouts of 2 prompts, a checkpoint after each
+    expected = outcome(whole)
+    checkpoint = tmp_path / "whole" / "out" / "checkpoint-1"
+    for name, resume_from in (("path", str(checkpoint)), ("newest", True)):
+        resumed = trainer(tmp_path / name, save_steps=1)
+        if resume_from is True:  # the newest complete checkpoint in its own output_dir
+            shutil.copytree(checkpoint, tmp_path / name / "out" / "checkpoint-1")
+        resumed.train(resume_from_checkpoint=resume_from)
+        weights, logs, kl_coef, step = outcome(resumed)
+        assert step == 3 and logs == expected[1] and kl_coef == expected[2], name
+        assert all(torch.equal(a, b) for a, b in zip(weights, expected[0])), f"{name}: the weights differ"
+
+
 def test_optimizer_scheduler_and_random_state_come_back_from_a_checkpoint(hooks):
     import torch
 
@@ -243,8 +289,6 @@ def test_under_ddp_training_saves_loadable_checkpoints_and_policy(tiny_models, t
 
 
 def test_a_process_other_than_the_first_saves_nothing_and_does_not_fail(hooks, tmp_path, monkeypatch):
-    # transformers 5's Trainer._save reads is_distributed_loading_by_transformers there, which only its
-    # Trainer.__init__ sets (PPOTrainer does not call it: TRL's failed there with AttributeError).
     monkeypatch.setattr(type(hooks.args), "should_save", property(lambda args: False))
     hooks.save_model(str(tmp_path / "final"))
     assert not (tmp_path / "final").exists()

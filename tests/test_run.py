@@ -54,6 +54,46 @@ def test_last_checkpoint_picks_the_newest_complete_one(tmp_path):
     assert last_checkpoint(tmp_path).name == "checkpoint-5"
 
 
+@pytest.mark.parametrize("shard", [None, "20KB"], ids=["one_file", "shards"])
+def test_weights_saved_by_save_pretrained_come_back_tied_head_included_and_another_models_are_refused(
+        tiny_models, tmp_path, shard):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from rlhf.checkpoints import load_pretrained_weights
+
+    trained = AutoModelForCausalLM.from_pretrained(tiny_models["policy"])
+    assert trained.config.tie_word_embeddings  # its LM head is saved once, as the embeddings
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(1.0)
+    trained.save_pretrained(tmp_path / "saved", **({"max_shard_size": shard} if shard else {}))
+    assert (tmp_path / "saved" / "model.safetensors.index.json").exists() == bool(shard)
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_models["policy"])
+    load_pretrained_weights(fresh, tmp_path / "saved")
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), trained.state_dict().values()))
+    with pytest.raises(ValueError, match="does not hold this model's weights"):
+        load_pretrained_weights(AutoModelForSequenceClassification.from_pretrained(tiny_models["reward_model"]),
+                                tmp_path / "saved")
+
+
+def test_random_states_come_back_from_this_process_file_and_another_process_count_has_none(tmp_path):
+    import random
+
+    import numpy as np
+    import torch
+
+    from rlhf.checkpoints import load_rng_state, save_rng_state
+
+    save_rng_state(tmp_path, 1, 2)
+    assert (tmp_path / "rng_state_1.pth").exists()  # transformers' Trainer's name: its checkpoints resume alike
+    expected = random.random(), np.random.rand(), torch.rand(1)
+    torch.manual_seed(1234), random.seed(1234), np.random.seed(1234)
+    assert load_rng_state(tmp_path, 1, 2)
+    assert (random.random(), np.random.rand()) == expected[:2] and torch.equal(torch.rand(1), expected[2])
+    assert not load_rng_state(tmp_path, 0, 1)  # a checkpoint of two processes holds no rng_state.pth
+
+
 def test_prepare_output_dir_keeps_user_files_and_refuses_to_overwrite(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

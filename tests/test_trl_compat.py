@@ -134,7 +134,7 @@ def test_grpo_and_ppo_draw_whole_batches_of_prompts_and_drop_the_rest_of_each_pa
     too_few = RepeatSampler(list(range(2)), mini_repeat_count=2, batch_size=3, repeat_count=1)
     assert list(too_few) == [], f"GRPO's RepeatSampler now draws from fewer prompts than one batch: re-check {hook}"
     trainer = tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=3)  # 4 prompts, rollouts of 3
-    assert [len(batch["input_ids"]) for batch in trainer.get_train_dataloader()] == [3], (
+    assert [len(batch["input_ids"]) for batch in trainer.dataloader] == [3], (
         f"PPO's dataloader no longer drops the incomplete last rollout of a pass: re-check {hook}")
 
 
@@ -299,7 +299,6 @@ def test_each_pass_over_the_prompts_gets_the_order_of_that_pass_in_an_uninterrup
 def test_the_load_warning_that_resume_quiets_for_tied_weights_is_still_transformers():
     """`ResumableGRPOTrainer._issue_warnings_after_load` drops the tied LM head from transformers' "missing keys"
     warning; the continued run of tests/test_cli_grpo.py shows it quiet. This pins where transformers calls it."""
-    import inspect
 
     from transformers import AutoModelForCausalLM, LlamaConfig, Trainer
 
@@ -346,24 +345,3 @@ def test_the_private_names_the_compat_layer_reads_are_still_there():
         assert deepspeed.is_deepspeed_zero3_enabled()  # put back as it was
     finally:
         deepspeed.unset_hf_deepspeed_config()
-
-
-def test_what_ppo_sets_of_transformers_trainer_is_still_what_trainer_sets_and_reads():
-    """PPO skips `Trainer.__init__` (rlhf.trl_compat.trainer): each attribute it sets in its place must still be set
-    there (or in `create_accelerator_and_postprocess`), and the two private methods it calls must keep their
-    parameters. Behaviour: tests/test_ppo_trainer.py saves and restores a checkpoint through them."""
-    from transformers import Trainer
-
-    from rlhf.trl_compat import trainer as internals
-
-    init = inspect.getsource(Trainer.__init__)
-    accelerator = inspect.getsource(Trainer.create_accelerator_and_postprocess)
-    for name in [*internals.TRAINER_INIT_ATTRIBUTES, *internals.WRAPPED_MODEL_ATTRIBUTES]:
-        assert re.search(rf"self\.{name}\s*=", init), f"transformers' Trainer.__init__ no longer sets {name}"
-    for name in internals.ENGINE_ATTRIBUTES:
-        assert re.search(rf"self\.{name}\s*=", accelerator), f"Trainer.create_accelerator_and_postprocess: {name}"
-    trainer = inspect.getsource(Trainer)
-    for name in internals.TRAINER_INIT_ATTRIBUTES:  # set for a reader: one that no longer reads it is dropped
-        assert len(re.findall(rf"self\.{name}\b", trainer)) > 1, f"no Trainer method reads {name} any more: drop it"
-    assert list(inspect.signature(Trainer._save_checkpoint).parameters) == ["self", "model", "trial"]
-    assert list(inspect.signature(Trainer._load_rng_state).parameters) == ["self", "checkpoint"]

@@ -20,9 +20,6 @@ Fixes of TRL or transformers behaviour, each named for what it fixes and citing 
 
 `tests/test_trl_compat.py` checks each by behaviour on tiny models, and each fix against TRL's own behaviour
 without it; `loading_whole` is also used by PPO.
-
-What PPO (its own trainer on transformers' `Trainer`, whose `__init__` it skips) needs of transformers' `Trainer`
-beyond the public API: `rlhf/trl_compat/trainer.py`, with a test that names what transformers changed.
 """
 
 import contextlib
@@ -126,12 +123,11 @@ class ScheduleFromResumedStep(TrainerCallback):
     """Sets the learning rate of a resumed run's first step from the schedule of this launch's length.
 
     Every trainer here builds its scheduler for the length it is launched with, then loads the checkpoint's
-    scheduler and optimizer states over it (transformers before `on_train_begin`, `PPOTrainer.resume`
-    before `train()`). A `LambdaLR` keeps the new schedule (its lambdas are not saved), but the optimizer comes back
-    with the rate the old schedule gave for the next step: continuing a finished run to a higher length, that is
-    the old schedule's end (0 for cosine or linear), and the first new step would not train. Stepping the scheduler
-    back one and forward again recomputes the current step's rate from the new schedule; after a plain resume it is
-    the rate already there.
+    scheduler and optimizer states over it (in `train()`, before `on_train_begin`). A `LambdaLR` keeps the new
+    schedule (its lambdas are not saved), but the optimizer comes back with the rate the old schedule gave for the
+    next step: continuing a finished run to a higher length, that is the old schedule's end (0 for cosine or linear),
+    and the first new step would not train. Stepping the scheduler back one and forward again recomputes the current
+    step's rate from the new schedule; after a plain resume it is the rate already there.
     """
 
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
