@@ -763,7 +763,7 @@ class PPOTrainingConfig(TrainingArguments):
         check_training_run(self)
         super().__post_init__()
 
-    boxed_rewards = RewardArguments.boxed_rewards
+    boxed_rewards = RewardArguments.boxed_rewards  # the same four fields, declared here too
 
 
 @dataclass
