@@ -4,9 +4,13 @@ Precedence: the defaults below < a YAML file given with `--config` < command-lin
 (`--use_peft`, `--dataset_train_split`, `--reward_model_name_or_path`), so a YAML written for `trl grpo` runs here;
 the older spellings stay as aliases (`--use_lora`, `--use-lora`, `--dataset_split`, `--reward_model_path`).
 Dashes and underscores are interchangeable. Each training script's own config (every field of TRL's trainer
-config is a flag too) is at the end: `GRPOTrainingConfig`, `PPOTrainingConfig`, `RewardTrainingConfig`. What the
-machine decides (CPU processes, TF32, ...) is not here: `rlhf/cli.py` applies `rlhf.engines.resolve_machine` while
-parsing, before these classes are built.
+config is a flag too) is at the end: `GRPOTrainingConfig`, `PPOTrainingConfig`, `RewardTrainingConfig`, each a
+subclass of TRL's config that declares the fields it adds or whose default differs.
+
+These classes declare and check, nothing else: each `__post_init__` derives from its own fields and raises
+ValueError naming the flag, the value and the rule. What the launch and the machine decide (CPU processes, TF32,
+GRPO's and PPO's batches in TRL's terms, `rlhf.batches`) and every `note:` line are settled by `rlhf/cli.py` while
+parsing, before these classes are built; what needs installed packages or the models, by `rlhf/preflight.py`.
 """
 
 from dataclasses import dataclass, field
@@ -15,10 +19,7 @@ from typing import Literal
 from transformers import TrainingArguments
 from trl import ModelConfig, ScriptArguments
 
-from rlhf.batches import grpo_batch, grpo_step_prompts, ppo_rollout, ppo_update_prompts
-from rlhf.cli import change, note
 from rlhf.models import DEFAULT_LORA_TARGETS
-from rlhf.processes import launched_processes
 from rlhf.trl_compat import GRPOConfig, RewardConfig
 
 
@@ -31,9 +32,10 @@ class ModelArguments(ModelConfig):
 
     model_name_or_path: str = field(
         default="HuggingFaceTB/smollm2-135M-SFT-Only",
-        metadata={"aliases": ["--model_name", "--model-name", "--model_path", "--model-path"],
-                  "help": "Policy to train: a Hugging Face Hub id or a local folder (--model_name and --model_path "
-                  "work too)."},
+        metadata={"aliases": ["--model_name", "--model-name", "--model_path", "--model-path", "--sft_model_path",
+                              "--sft-model-path"],
+                  "help": "Policy to train: a Hugging Face Hub id or a local folder (--model_name, --model_path and "
+                  "TRL's --sft_model_path work too)."},
     )
     dtype: str = field(
         default="float32",
@@ -84,11 +86,6 @@ class ModelArguments(ModelConfig):
             raise ValueError(f"--lora_alpha must be > 0, got {self.lora_alpha}.")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}.")
-        if not self.use_peft:  # said where the user gave one of them (a flag or a YAML key)
-            for name in ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
-                         "use_rslora", "use_dora"):
-                note(self, name, "note: the LoRA settings given (--lora_r, --lora_alpha, ...) do nothing without "
-                     "--use_peft: all weights train; add --use_peft (or use_peft: true) to train a LoRA adapter")
         for bits in ("4bit", "8bit"):
             if getattr(self, f"load_in_{bits}") and not self.use_peft:
                 raise ValueError(f"--load_in_{bits} trains a LoRA adapter on frozen {bits[0]}-bit weights (QLoRA); "
@@ -113,7 +110,10 @@ class DatasetSource(ScriptArguments):
         },
     )
     dataset_train_split: str = field(
-        default="train", metadata={"aliases": ["--dataset_split", "--dataset-split"], "help": "Split to read."}
+        default="train",
+        metadata={"aliases": ["--dataset_split", "--dataset-split"],
+                  "help": "Split to read (evaluate_generations.py draws its prompts from the rows after "
+                  "--train_samples)."},
     )
 
     def __post_init__(self):
@@ -186,77 +186,127 @@ class PreferenceDataArguments(DataArguments):
         at_least(self, 0, "eval_samples")
 
 
-def reward_weights_field():
-    """--reward_weights, declared once for the configs that have no trainer field of that name (GRPO's is TRL's
-    `GRPOConfig.reward_weights`, the same flag)."""
-    return field(default=None, metadata={"help": "Weights of --reward_funcs in the total reward (default: all 1)."})
-
-
-@dataclass
-class RewardModelArguments:
-    """The frozen reward model (GRPO, PPO, evaluation)."""
-
-    reward_model_name_or_path: str = field(
-        default="./reward_model_output",
-        metadata={
+# ---- Fields that several configs declare alike, declared here once. A dataclass field belongs to one class, so each
+# config takes its own copy in its body (`shared(name)`): no default depends on the order of a class's bases.
+SHARED_FIELDS = {
+    # What scores completions (RewardArguments for GRPO and evaluation; PPOTrainingConfig)
+    "reward_model_name_or_path": {
+        "default": "./reward_model_output",
+        "metadata": {
             "aliases": ["--reward_model_path", "--reward-model-path"],
             "help": "Sequence-classification reward model (num_labels=1): a local folder or a Hub id. GRPO and "
             "evaluation score with its own tokenizer and chat template; PPO needs it to share the policy's tokenizer. "
             "Make one with `python train_reward_model.py`. --reward_model_path works too.",
         },
-    )
-    reward_model_dtype: str = field(
-        default="auto",
-        metadata={
+    },
+    "reward_model_dtype": {
+        "default": "auto",
+        "metadata": {
             "help": "Dtype the frozen reward model loads in: auto (bfloat16 when training on a CUDA GPU, else "
             "--dtype), float32, bfloat16 or float16. bfloat16 halves its memory; on CPU its speed depends on the "
             "processor (docs/performance.md)."
         },
-    )
+    },
+    "reward_funcs": {
+        "default_factory": lambda: ["reward_model"],
+        "metadata": {
+            "help": "Reward functions, summed with --reward_weights: reward_model, boxed_answer (math verifier on "
+            "\\boxed{} answers vs the ground_truth column), boxed_format, or module.function (TRL's signature)."
+        },
+    },
+    "boxed_correct_reward": {
+        "default": 1.0, "metadata": {"aliases": ["--reward_correct", "--reward-correct"],
+                                     "help": "boxed_answer: reward of a correct answer (--reward_correct works too)."}
+    },
+    "boxed_wrong_reward": {
+        "default": 0.0, "metadata": {"aliases": ["--reward_wrong", "--reward-wrong"],
+                                     "help": "boxed_answer: reward of a wrong answer, at most --boxed_missing_reward "
+                                     "(more would teach boxing guesses; --reward_wrong works too)."}
+    },
+    "boxed_missing_reward": {
+        "default": 0.0, "metadata": {"aliases": ["--reward_no_answer", "--reward-no-answer"],
+                                     "help": "boxed_answer: reward when there is no \\boxed{} answer. A completion "
+                                     "cut off at the length limit scores the lower of this and --boxed_wrong_reward "
+                                     "(--reward_no_answer works too)."}
+    },
+    "boxed_unboxed_correct_reward": {
+        "default": None, "metadata": {"help": "boxed_answer: reward of an ended completion with no \\boxed{} whose "
+                                      "last number is the right answer (default: none, it scores as missing). Below "
+                                      "--boxed_correct_reward, it pays the box only together with a right answer."}
+    },
+    # GRPO's is TRL's `GRPOConfig.reward_weights`, the same flag.
+    "reward_weights": {"default": None,
+                       "metadata": {"help": "Weights of --reward_funcs in the total reward (default: all 1)."}},
+    # Sampling (evaluation's Sampling, GRPO, PPO) and the adaptive KL (GRPO, PPO)
+    "temperature": {"default": 0.7, "metadata": {"help": "Sampling temperature."}},
+    "kl_horizon": {"default": 10_000, "metadata": {"help": "Adaptive KL horizon in completions (PPO's episodes): "
+                                                   "larger adapts more slowly."}},
+    # This package's defaults for the three training configs, where TRL's and transformers' differ
+    "bf16": {
+        "default": False,
+        "metadata": {
+            "help": "bf16 autocast (mixed precision over float32 weights). Off: on a GPU, TF32 (--tf32) was measured "
+            "faster for a model of this size (docs/performance.md)."
+        },
+    },
+    "tf32": {
+        "default": None,
+        "metadata": {"help": "TF32 matmuls on an Ampere or newer NVIDIA GPU. Default: on where available, else off."},
+    },
+    "report_to": {"default": "tensorboard", "metadata": {"help": "Where metrics go."}},
+    "save_total_limit": {"default": 2, "metadata": {"help": "Keep only the newest N checkpoints."}},
+    "logging_nan_inf_filter": {
+        "default": False,
+        "metadata": {"help": "Hide NaN/inf losses in the logs (off: a non-finite loss is shown and stops the run)."},
+    },
+    # The held-out evaluation during training (GRPO, PPO), checked by `check_held_out`
+    "eval_prompts": {
+        "default": 0,
+        "metadata": {
+            "help": "Held-out prompts evaluated every --eval_steps steps and at the end (0: off): win rate against "
+            "the starting policy under the reward, and with boxed_answer the verifier accuracy and its gain, each "
+            "with a 95%% bootstrap interval, logged under eval/ and naming the best checkpoint. Drawn (seeded) from "
+            "the rows after --max_samples, or from --eval_dataset_name: never a training prompt."
+        },
+    },
+    "eval_completions": {"default": 2, "metadata": {"help": "Completions sampled per held-out prompt."}},
+    "eval_dataset_name": {
+        "default": None,
+        "metadata": {
+            "help": "Where the held-out prompts come from, all rows of it (a file, folder or Hub dataset; its "
+            "--dataset_test_split, a file's only split), e.g. data/math_test.jsonl. Default: the rows of "
+            "--dataset_name after the first --max_samples."
+        },
+    },
+    # transformers' field, unused here otherwise (these scripts train with eval_strategy no): what it means here
+    "eval_steps": {
+        "default": None,
+        "metadata": {
+            "help": "With --eval_prompts: evaluate every N steps (GRPO: optimizer steps, PPO: batches), a divisor of "
+            "--save_steps so that every checkpoint holds evaluated weights. Default: --save_steps."
+        },
+    },
+}
+
+
+def shared(name):
+    """A new field declared as `SHARED_FIELDS[name]`, for one config class."""
+    return field(**SHARED_FIELDS[name])
 
 
 @dataclass
-class RewardArguments(RewardModelArguments):
+class RewardArguments:
     """What scores completions: the frozen reward model, rule-based rewards, your own functions."""
 
     _argument_group_name = "Reward"
 
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["reward_model"],
-        metadata={
-            "help": "Reward functions, summed with --reward_weights: reward_model, boxed_answer (math verifier on "
-            "\\boxed{} answers vs the ground_truth column), boxed_format, or module.function (TRL's signature)."
-        },
-    )
-    boxed_correct_reward: float = field(
-        default=1.0, metadata={"aliases": ["--reward_correct", "--reward-correct"],
-                               "help": "boxed_answer: reward of a correct answer (--reward_correct works too)."}
-    )
-    boxed_wrong_reward: float = field(
-        default=0.0, metadata={"aliases": ["--reward_wrong", "--reward-wrong"],
-                               "help": "boxed_answer: reward of a wrong answer, at most --boxed_missing_reward "
-                               "(more would teach boxing guesses; --reward_wrong works too)."}
-    )
-    boxed_missing_reward: float = field(
-        default=0.0, metadata={"aliases": ["--reward_no_answer", "--reward-no-answer"],
-                               "help": "boxed_answer: reward when there is no \\boxed{} answer. A completion cut off "
-                               "at the length limit scores the lower of this and --boxed_wrong_reward "
-                               "(--reward_no_answer works too)."}
-    )
-    boxed_unboxed_correct_reward: float | None = field(
-        default=None, metadata={"help": "boxed_answer: reward of an ended completion with no \\boxed{} whose last "
-                                "number is the right answer (default: none, it scores as missing). Below "
-                                "--boxed_correct_reward, it pays the box only together with a right answer."}
-    )
-
-    def __post_init__(self):
-        if "reward_model" not in self.reward_funcs:  # trl grpo would score with the model as well: say it is not
-            note(self, "reward_model_name_or_path", f"note: --reward_model_name_or_path "
-                 f"{self.reward_model_name_or_path} is not used: --reward_funcs has no reward_model (add it to score "
-                 "with the model too)")
-        after = getattr(super(), "__post_init__", None)  # a base of PPO's training config: TRL's checks come next
-        if after is not None:
-            after()
+    reward_model_name_or_path: str = shared("reward_model_name_or_path")
+    reward_model_dtype: str = shared("reward_model_dtype")
+    reward_funcs: list[str] = shared("reward_funcs")
+    boxed_correct_reward: float = shared("boxed_correct_reward")
+    boxed_wrong_reward: float = shared("boxed_wrong_reward")
+    boxed_missing_reward: float = shared("boxed_missing_reward")
+    boxed_unboxed_correct_reward: float | None = shared("boxed_unboxed_correct_reward")
 
     @property
     def boxed_rewards(self):
@@ -268,7 +318,7 @@ class RewardArguments(RewardModelArguments):
 class Sampling:
     """How completions are sampled in evaluation (GRPO and PPO have their own sampling flags, top_p 1.0 by default)."""
 
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    temperature: float = shared("temperature")
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling threshold."})
 
 
@@ -279,116 +329,48 @@ def check_sampling(config):
         raise ValueError(f"--top_p must be in (0, 1], got {config.top_p}.")
 
 
-@dataclass
-class RunDefaults:
-    """Defaults and checks shared by the three training configs, placed before TRL's config in their bases (so
-    these defaults win). Its `__post_init__` checks the fields all three have (each config checks its own), then
-    hands over to TRL's."""
-
-    bf16: bool = field(
-        default=False,
-        metadata={
-            "help": "bf16 autocast (mixed precision over float32 weights). Off: on a GPU, TF32 (--tf32) was measured "
-            "faster for a model of this size (docs/performance.md)."
-        },
-    )
-    tf32: bool | None = field(
-        default=None,
-        metadata={"help": "TF32 matmuls on an Ampere or newer NVIDIA GPU. Default: on where available, else off."},
-    )
-    report_to: None | str | list[str] = field(default="tensorboard", metadata={"help": "Where metrics go."})
-    save_total_limit: int | None = field(default=2, metadata={"help": "Keep only the newest N checkpoints."})
-    logging_nan_inf_filter: bool = field(
-        default=False,
-        metadata={"help": "Hide NaN/inf losses in the logs (off: a non-finite loss is shown and stops the run)."},
-    )
-
-    # Whether the script hands the Trainer an evaluation set; without one --eval_strategy fails once the models have
-    # loaded (the held-out evaluation, --eval_prompts, is the package's own and needs none).
-    EVAL_DATASET = False
-
-    def __post_init__(self):
-        if self.learning_rate <= 0:
-            raise ValueError(f"--learning_rate must be > 0, got {self.learning_rate}.")
-        at_least(self, 1, "per_device_train_batch_size", "gradient_accumulation_steps")
-        for name in ("num_train_epochs", "logging_steps", "save_steps"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}.")
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ValueError(f"--max_steps must be >= 1 (or -1: train --num_train_epochs), got {self.max_steps}.")
-        at_least(self, 0, "seed")  # a negative seed fails in numpy
-        strategy = getattr(self.eval_strategy, "value", self.eval_strategy)
-        if not self.EVAL_DATASET and strategy != "no":
-            raise ValueError(f"--eval_strategy {strategy} needs an evaluation set, which this script has none of; "
-                             "drop it (train_reward_model.py measures held-out accuracy after training).")
-        if self.seed >= 2**32:
-            raise ValueError(f"--seed must be below 2**32 (numpy's limit), got {self.seed}.")
-        if self.output_dir is not None and not str(self.output_dir).strip():
-            raise ValueError("--output_dir is empty; give the folder the run writes to.")
-        if self.bf16 and not self.use_cpu and not _bf16_available():  # transformers' own refusal names no flag
-            raise ValueError("--bf16 needs a GPU with bfloat16 support, and this machine has none; drop --bf16 (or "
-                             "add --use_cpu for bf16 autocast on the CPU).")
-        _check_report_to(self.report_to)
-        super().__post_init__()
+def check_training_run(config):
+    """The checks of the fields all three training configs have (each config checks its own), before TRL's."""
+    if config.learning_rate <= 0:
+        raise ValueError(f"--learning_rate must be > 0, got {config.learning_rate}.")
+    at_least(config, 1, "per_device_train_batch_size", "gradient_accumulation_steps")
+    for name in ("num_train_epochs", "logging_steps", "save_steps"):
+        if getattr(config, name) <= 0:
+            raise ValueError(f"--{name} must be > 0, got {getattr(config, name)}.")
+    if config.max_steps == 0 or config.max_steps < -1:
+        raise ValueError(f"--max_steps must be >= 1 (or -1: train --num_train_epochs), got {config.max_steps}.")
+    at_least(config, 0, "seed")  # a negative seed fails in numpy
+    # These scripts hand the Trainer no evaluation set: --eval_strategy would fail once the models have loaded (the
+    # held-out evaluation, --eval_prompts, is the package's own and needs none).
+    strategy = getattr(config.eval_strategy, "value", config.eval_strategy)
+    if strategy != "no":
+        raise ValueError(f"--eval_strategy {strategy} needs an evaluation set, which this script has none of; "
+                         "drop it (train_reward_model.py measures held-out accuracy after training).")
+    if config.seed >= 2**32:
+        raise ValueError(f"--seed must be below 2**32 (numpy's limit), got {config.seed}.")
+    if config.output_dir is not None and not str(config.output_dir).strip():
+        raise ValueError("--output_dir is empty; give the folder the run writes to.")
 
 
-@dataclass
-class HeldOutArguments:
-    """Held-out evaluation during training (GRPO, PPO): placed before TRL's config in the bases, like RunDefaults,
-    so that its `eval_steps` (transformers' field, unused here otherwise: these scripts train with eval_strategy no)
-    says what it means here."""
-
-    eval_prompts: int = field(
-        default=0,
-        metadata={
-            "help": "Held-out prompts evaluated every --eval_steps steps and at the end (0: off): win rate against "
-            "the starting policy under the reward, and with boxed_answer the verifier accuracy and its gain, each "
-            "with a 95%% bootstrap interval, logged under eval/ and naming the best checkpoint. Drawn (seeded) from "
-            "the rows after --max_samples, or from --eval_dataset_name: never a training prompt."
-        },
-    )
-    eval_completions: int = field(default=2, metadata={"help": "Completions sampled per held-out prompt."})
-    eval_dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "Where the held-out prompts come from, all rows of it (a file, folder or Hub dataset; its "
-            "--dataset_test_split, a file's only split), e.g. data/math_test.jsonl. Default: the rows of "
-            "--dataset_name after the first --max_samples."
-        },
-    )
-    eval_steps: float | None = field(
-        default=None,
-        metadata={
-            "help": "With --eval_prompts: evaluate every N steps (GRPO: optimizer steps, PPO: batches), a divisor of "
-            "--save_steps so that every checkpoint holds evaluated weights. Default: --save_steps."
-        },
-    )
-
-    def __post_init__(self):
-        at_least(self, 0, "eval_prompts")
-        at_least(self, 1, "eval_completions")
-        if self.eval_prompts:
-            self._check_eval_steps()
-            if self.save_total_limit == 1:  # transformers keeps the best besides the newest, and at the end of
-                # training deletes every other checkpoint, the newest included, which a continued run needs.
-                change(self, "save_total_limit", 2, "the best checkpoint by the held-out metric is kept besides the "
-                       "newest, which resuming needs")
-        super().__post_init__()
-
-    def _check_eval_steps(self):
-        if self.eval_steps is None:
-            self.eval_steps = self.save_steps
-        elif self.eval_steps <= 0:
-            raise ValueError(f"--eval_steps must be > 0, got {self.eval_steps}.")
-        elif self.save_steps >= 1 and self.eval_steps >= 1:
-            if self.eval_steps != int(self.eval_steps) or self.save_steps % self.eval_steps:
-                raise ValueError(f"--eval_steps {self.eval_steps} does not divide --save_steps {self.save_steps}: "
-                                 "each checkpoint must hold evaluated weights to be named the best one; pass a "
-                                 "divisor of it (or drop --eval_steps: it then follows --save_steps).")
-        elif self.eval_steps != self.save_steps:
-            raise ValueError(f"--eval_steps {self.eval_steps} with --save_steps {self.save_steps}: give both in steps "
-                             "(>= 1), eval_steps a divisor of save_steps, or drop --eval_steps (it follows "
-                             "--save_steps).")
+def check_held_out(config):
+    """The held-out evaluation's checks (GRPO, PPO); --eval_steps follows --save_steps unless given."""
+    at_least(config, 0, "eval_prompts")
+    at_least(config, 1, "eval_completions")
+    if not config.eval_prompts:
+        return
+    if config.eval_steps is None:
+        config.eval_steps = config.save_steps
+    elif config.eval_steps <= 0:
+        raise ValueError(f"--eval_steps must be > 0, got {config.eval_steps}.")
+    elif config.save_steps >= 1 and config.eval_steps >= 1:
+        if config.eval_steps != int(config.eval_steps) or config.save_steps % config.eval_steps:
+            raise ValueError(f"--eval_steps {config.eval_steps} does not divide --save_steps {config.save_steps}: "
+                             "each checkpoint must hold evaluated weights to be named the best one; pass a "
+                             "divisor of it (or drop --eval_steps: it then follows --save_steps).")
+    elif config.eval_steps != config.save_steps:
+        raise ValueError(f"--eval_steps {config.eval_steps} with --save_steps {config.save_steps}: give both in steps "
+                         "(>= 1), eval_steps a divisor of save_steps, or drop --eval_steps (it follows "
+                         "--save_steps).")
 
 
 @dataclass
@@ -405,12 +387,7 @@ class EvalArguments(PromptFormat, Sampling, DatasetSource):
             "is the baseline the others are compared with. --model_name_or_path works too.",
         },
     )
-    dataset_train_split: str = field(
-        default="train",
-        metadata={"aliases": ["--dataset_split", "--dataset-split"],
-                  "help": "Split the prompts are drawn from (the rows after --train_samples)."},
-    )
-    reward_weights: list[float] | None = reward_weights_field()
+    reward_weights: list[float] | None = shared("reward_weights")
     train_samples: int = field(
         default=10_000,
         metadata={
@@ -434,21 +411,32 @@ class EvalArguments(PromptFormat, Sampling, DatasetSource):
         at_least(self, 0, "train_samples")
 
 
-# ---- Each training script's config: TRL's trainer config (PPO: the package's copy of TRL 1.12's) with this
-# package's defaults and checks. Pickle (the Trainer's training_args.bin) finds each class here.
+# ---- Each training script's config: a subclass of TRL's trainer config (PPO: of transformers' TrainingArguments, with
+# TRL 1.12's PPOConfig fields) that declares this package's fields and defaults, and checks them. Pickle (the
+# Trainer's training_args.bin) finds each class here.
 
 
 @dataclass
-class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
+class GRPOTrainingConfig(GRPOConfig):
     """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step` and `prompts_per_generation`.
 
     Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many
     completions go through one forward/backward pass on one device. One optimizer step sees
-    `prompts_per_step * num_generations` completions; `gradient_accumulation_steps` is derived from that.
+    `prompts_per_step * num_generations` completions; `gradient_accumulation_steps` is derived from that, while
+    parsing (`rlhf.batches.grpo_flags`). Built in code, it takes TRL's batch flags as they are.
     """
 
     _argument_group_name = "Training (TRL's GRPOConfig and transformers' TrainingArguments)"
 
+    bf16: bool = shared("bf16")
+    tf32: bool | None = shared("tf32")
+    report_to: None | str | list[str] = shared("report_to")
+    save_total_limit: int | None = shared("save_total_limit")
+    logging_nan_inf_filter: bool = shared("logging_nan_inf_filter")
+    eval_steps: float | None = shared("eval_steps")
+    eval_prompts: int = shared("eval_prompts")
+    eval_completions: int = shared("eval_completions")
+    eval_dataset_name: str | None = shared("eval_dataset_name")
     output_dir: str = field(
         default="./grpo_training_output",
         metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest and the final model go."},
@@ -488,7 +476,7 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
                              "help": "Completions sampled per prompt, the GRPO group (--num_return_sequences and "
                              "--group_size work too)."}
     )
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    temperature: float = shared("temperature")
     top_p: float = field(
         default=1.0,
         metadata={
@@ -537,9 +525,7 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
                   "that `kl` (per token, as logged) stays near this value, logged as `beta` at every step. None keeps "
                   "--beta fixed."},
     )
-    kl_horizon: int = field(
-        default=10_000, metadata={"help": "Adaptive KL horizon in completions: larger adapts more slowly."}
-    )
+    kl_horizon: int = shared("kl_horizon")
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
 
@@ -554,81 +540,25 @@ class GRPOTrainingConfig(HeldOutArguments, RunDefaults, GRPOConfig):
         if self.target_kl is not None and self.beta == 0:
             raise ValueError("--target_kl adapts --beta, which is 0 here (no reference model, no KL to measure); "
                              "give --beta > 0 (e.g. 0.04) or drop --target_kl.")
-        if self.batch_size is not None:
-            self._batch_from_batch_size()
-        if self.prompts_per_step is None:  # TRL's batch flags given (a `trl grpo` YAML): they are used as they are
-            self.prompts_per_step = grpo_step_prompts(None, None, self.gradient_accumulation_steps,
-                                                      self.generation_batch_size, self.steps_per_generation,
-                                                      launched_processes())
-            if self.gradient_accumulation_steps and self.per_device_train_batch_size:
-                # said always: a flag that elsewhere multiplies prompts multiplies completions here
-                completions = (self.per_device_train_batch_size * self.gradient_accumulation_steps
-                               * launched_processes())
-                note(self, "gradient_accumulation_steps", f"note: --gradient_accumulation_steps "
-                     f"{self.gradient_accumulation_steps} sets TRL's batch, counted in completions: "
-                     f"--per_device_train_batch_size {self.per_device_train_batch_size} x "
-                     f"{self.gradient_accumulation_steps} = {completions} completions per optimizer step, "
-                     f"{completions / self.num_generations:g} prompts x {self.num_generations} completions "
-                     "(--prompts_per_step N counts prompts instead)", always=True)
-        if self.prompts_per_step < 0:
-            raise ValueError(f"--prompts_per_step must be >= 0, got {self.prompts_per_step}.")
+        at_least(self, 0, "prompts_per_step")
         at_least(self, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
-        at_least(self, 1, "per_device_train_batch_size")
-        if self.prompts_per_step:
-            self._batch_from_prompts()
-        elif self.gradient_accumulation_steps is None:
-            self.gradient_accumulation_steps = 1  # TrainingArguments' default
+        at_least(self, 1, "per_device_train_batch_size", "batch_size", "prompts_per_generation")
+        if self.gradient_accumulation_steps is None:  # where --prompts_per_step derived none: TrainingArguments' 1
+            self.gradient_accumulation_steps = 1
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
+        check_held_out(self)
+        check_training_run(self)
         super().__post_init__()
-
-    def _batch_from_batch_size(self):
-        """A hand-written GRPO's `--batch_size` (prompts per pass and device) as this package's prompts per step."""
-        at_least(self, 1, "batch_size", "num_generations")
-        if self.prompts_per_step is not None:
-            raise ValueError(f"--batch_size {self.batch_size} and --prompts_per_step {self.prompts_per_step} both set "
-                             "the prompts of a step; give one (--prompts_per_step counts prompts per optimizer step)")
-        accumulation, processes = self.gradient_accumulation_steps or 1, launched_processes()
-        self.prompts_per_step = grpo_step_prompts(None, self.batch_size, accumulation, None, None, processes)
-        self.per_device_train_batch_size = self.batch_size * self.num_generations
-        passes = f", {accumulation} passes" if accumulation > 1 else ""
-        devices = f" on each of {processes} processes" if processes > 1 else ""
-        note(self, "batch_size", f"note: --batch_size {self.batch_size} -> --prompts_per_step {self.prompts_per_step} "
-             f"--per_device_train_batch_size {self.per_device_train_batch_size} ({self.batch_size} prompts x "
-             f"{self.num_generations} completions per pass{devices}{passes} per optimizer step; this package counts "
-             "prompts per optimizer step)", always=True)
-        self.batch_size = None  # recorded as what it became
-
-    def _batch_from_prompts(self):
-        """Translate prompts into TRL's completion-counted batch (`rlhf.batches.grpo_batch`), before TRL derives its
-        generation batch from it. A GPU's default --prompts_per_generation is set before the config is built
-        (`rlhf.engines.resolve_machine`); a CPU's is one step's prompts."""
-        if self.prompts_per_generation is None:
-            self.prompts_per_generation = self.prompts_per_step
-        batch = grpo_batch(self.prompts_per_step, self.num_generations, self.per_device_train_batch_size,
-                           launched_processes(), self.gradient_accumulation_steps, self.prompts_per_generation)
-        change(self, "per_device_train_batch_size", batch["per_device_train_batch_size"],
-               "one optimizer step's share per process")
-        change(self, "gradient_accumulation_steps", batch["gradient_accumulation_steps"],
-               "derived from --prompts_per_step")
-        # TRL derives steps_per_generation (forward/backward passes per generation) from this.
-        change(self, "generation_batch_size", batch["generation_batch_size"],
-               "derived from --prompts_per_generation x --num_generations; pass --prompts_per_step 0 to set it")
 
 
 @dataclass
 class PPOModelArguments(ModelArguments):
-    model_name_or_path: str = field(
-        default="HuggingFaceTB/smollm2-135M-SFT-Only",
-        metadata={"aliases": ["--sft_model_path", "--sft-model-path", "--model_name", "--model-name", "--model_path",
-                              "--model-path"],
-                  "help": "Policy to train: a Hub id or a local folder (TRL's --sft_model_path, --model_name and "
-                  "--model_path work too)."},
-    )
+    """`ModelArguments`, under the name a PPO run's manifest records them by."""
 
 
 @dataclass
-class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, TrainingArguments):
+class PPOTrainingConfig(TrainingArguments):
     """What `rlhf.ppo_trainer.PPOTrainer` reads: TRL 1.12's `PPOConfig` (huggingface/trl, Apache-2.0, copied with its
     trainer when TRL 1.13 removed both), its fields declared here once with this package's defaults, on
     transformers' `TrainingArguments`. TRL's fields this PPO does not have are answered in one line
@@ -641,11 +571,27 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
 
     _argument_group_name = "Training (PPO, TRL 1.12's PPOConfig, and transformers' TrainingArguments)"
 
+    bf16: bool = shared("bf16")
+    tf32: bool | None = shared("tf32")
+    report_to: None | str | list[str] = shared("report_to")
+    save_total_limit: int | None = shared("save_total_limit")
+    logging_nan_inf_filter: bool = shared("logging_nan_inf_filter")
+    eval_steps: float | None = shared("eval_steps")
+    eval_prompts: int = shared("eval_prompts")
+    eval_completions: int = shared("eval_completions")
+    eval_dataset_name: str | None = shared("eval_dataset_name")
+    reward_model_name_or_path: str = shared("reward_model_name_or_path")
+    reward_model_dtype: str = shared("reward_model_dtype")
+    reward_funcs: list[str] = shared("reward_funcs")
+    boxed_correct_reward: float = shared("boxed_correct_reward")
+    boxed_wrong_reward: float = shared("boxed_wrong_reward")
+    boxed_missing_reward: float = shared("boxed_missing_reward")
+    boxed_unboxed_correct_reward: float | None = shared("boxed_unboxed_correct_reward")
     output_dir: str = field(
         default="./ppo_training_output",
         metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest, the policy and value model go."},
     )
-    reward_weights: list[float] | None = reward_weights_field()
+    reward_weights: list[float] | None = shared("reward_weights")
     value_model_path: str | None = field(
         default=None,
         metadata={"help": "Where the value model starts from (default: the reward model when --reward_funcs has "
@@ -699,9 +645,7 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
             "this value. None keeps kl_coef fixed (--target, the older TRL's name, works too)."
         },
     )
-    kl_horizon: int = field(
-        default=10_000, metadata={"help": "Adaptive KL horizon in episodes: larger adapts more slowly."}
-    )
+    kl_horizon: int = shared("kl_horizon")
     kl_estimator: Literal["k1", "k3"] = field(
         default="k1", metadata={"help": "KL estimator: k1 (unbiased) or k3 (unbiased, lower variance, never < 0)."}
     )
@@ -731,7 +675,7 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
     vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss beside the policy loss."})
     cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the value prediction."})
     learning_rate: float = field(default=5e-6, metadata={"help": "Peak learning rate (AdamW)."})
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    temperature: float = shared("temperature")
     top_p: float = field(
         default=1.0,
         metadata={
@@ -815,23 +759,27 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
         if self.stop_token and self.stop_token_id is not None:
             raise ValueError(f"--stop_token {self.stop_token} and --stop_token_id {self.stop_token_id} both set where "
                              "completions end; give one (--stop_token none --stop_token_id ID)")
-        if self.stop_token is None and self.stop_token_id is None and self.missing_eos_penalty is not None:
-            change(self, "missing_eos_penalty", None, "--stop_token none without --stop_token_id: completions run to "
-                   "--max_completion_length, none can end before it", always=True)
-        # A GPU's default --prompts_per_rollout is set before the config is built (rlhf.engines.resolve_machine)
-        update = ppo_update_prompts(self.per_device_train_batch_size, self.gradient_accumulation_steps,
-                                    launched_processes())
-        self.prompts_per_rollout, mini_batches = ppo_rollout(self.prompts_per_rollout, self.num_mini_batches, update)
-        change(self, "num_mini_batches", mini_batches, "derived from --prompts_per_rollout")
+        at_least(self, 1, "prompts_per_rollout")
+        if self.num_mini_batches is None:  # where --prompts_per_rollout derived none (while parsing): TRL's 1
+            self.num_mini_batches = 1
+        check_held_out(self)
+        check_training_run(self)
         super().__post_init__()
+
+    boxed_rewards = RewardArguments.boxed_rewards  # the same four fields, declared here too
 
 
 @dataclass
-class RewardTrainingConfig(RunDefaults, RewardConfig):
+class RewardTrainingConfig(RewardConfig):
     """TRL's `RewardConfig` with this package's defaults."""
 
     _argument_group_name = "Training (TRL's RewardConfig and transformers' TrainingArguments)"
 
+    bf16: bool = shared("bf16")
+    tf32: bool | None = shared("tf32")
+    report_to: None | str | list[str] = shared("report_to")
+    save_total_limit: int | None = shared("save_total_limit")
+    logging_nan_inf_filter: bool = shared("logging_nan_inf_filter")
     output_dir: str = field(
         default="./reward_model_output",
         metadata={"help": "Where the reward model goes; train_grpo.py and train_ppo.py read it from here by default."},
@@ -849,6 +797,7 @@ class RewardTrainingConfig(RunDefaults, RewardConfig):
 
     def __post_init__(self):
         at_least(self, 1, "max_length")
+        check_training_run(self)
         super().__post_init__()
 
 
@@ -858,28 +807,3 @@ def at_least(config, minimum, *names):
         value = getattr(config, name, None)
         if value is not None and value < minimum:
             raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
-
-
-def _check_report_to(report_to):
-    """Refuse a --report_to integration that is unknown or not installed: the Trainer would fail once models load."""
-    from transformers.integrations import integration_utils
-
-    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    installed = None
-    for name in names:
-        if name in ("all", "none"):
-            continue
-        if name not in integration_utils.INTEGRATION_TO_CALLBACK:
-            others = sorted(set(integration_utils.INTEGRATION_TO_CALLBACK) - {"tensorboard"})
-            raise ValueError(f"--report_to {name} is not supported; use one of tensorboard, none, all, "
-                             f"{', '.join(others)}.")
-        installed = installed if installed is not None else integration_utils.get_available_reporting_integrations()
-        if name not in installed and name != "flyte":  # flyte is never listed as available
-            raise ValueError(f"--report_to {name} needs its package, which is not installed: pip install it, or "
-                             "drop it (--report_to tensorboard is the default).")
-
-
-def _bf16_available() -> bool:
-    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
-    return is_torch_bf16_gpu_available() or is_torch_xla_available()

@@ -2,8 +2,10 @@
 
 This package counts prompts (`--prompts_per_step`, `--prompts_per_generation`, `--prompts_per_rollout`); TRL's GRPO
 counts completions per device (`per_device_train_batch_size`, `gradient_accumulation_steps`, `generation_batch_size`).
-`config.py` translates one into the other with these, and `rlhf.engines.resolve_machine` sizes the GPU's defaults
-with them, before the configs are built. Each raises ValueError naming the flag to change.
+The parser (`rlhf.cli`) translates one into the other with `grpo_flags` and `ppo_flags`, after
+`rlhf.engines.resolve_machine` has sized the GPU's defaults with these, before the configs are built: TRL's
+GRPOConfig derives its generation batch from the translated flags as it is built. Each raises ValueError naming the
+flag to change.
 """
 
 import math
@@ -67,6 +69,77 @@ def grpo_batch(prompts_per_step, num_generations, per_device, processes, gradien
         )
     return {"per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation,
             "generation_batch_size": prompts_per_generation * num_generations}
+
+
+def grpo_flags(flags, processes):
+    """GRPO's batch flags in TRL's terms, from `flags` (the parsed values, as attributes) and the launch's
+    `processes`: a hand-written GRPO's `--batch_size` as `--prompts_per_step`, then `--prompts_per_step` as TRL's
+    completion-counted batch (`grpo_batch`); TRL's own batch flags used as they are where given without it.
+
+    Returns (changes, notes): changes [(field, value, why)] in the order they apply, each said `note: --field old ->
+    new (why)` where the user gave the field (why None: set unsaid), and note lines said whatever the user gave."""
+    _at_least(flags, 1, "batch_size", "per_device_train_batch_size", "gradient_accumulation_steps",
+              "prompts_per_generation")
+    _at_least(flags, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
+    _at_least(flags, 0, "prompts_per_step")
+    step, per_device, group = flags.prompts_per_step, flags.per_device_train_batch_size, flags.num_generations
+    accumulation = flags.gradient_accumulation_steps
+    changes, notes = [], []
+    if flags.batch_size is not None:  # prompts per pass and device, each with its num_generations completions
+        if step is not None:
+            raise ValueError(f"--batch_size {flags.batch_size} and --prompts_per_step {step} both set the prompts of "
+                             "a step; give one (--prompts_per_step counts prompts per optimizer step)")
+        step = grpo_step_prompts(None, flags.batch_size, accumulation, None, None, processes)
+        per_device = flags.batch_size * group
+        passes = f", {accumulation} passes" if (accumulation or 1) > 1 else ""
+        devices = f" on each of {processes} processes" if processes > 1 else ""
+        notes.append(f"note: --batch_size {flags.batch_size} -> --prompts_per_step {step} "
+                     f"--per_device_train_batch_size {per_device} ({flags.batch_size} prompts x {group} completions "
+                     f"per pass{devices}{passes} per optimizer step; this package counts prompts per optimizer step)")
+        changes += [("batch_size", None, None), ("prompts_per_step", step, None),  # recorded as what it became
+                    ("per_device_train_batch_size", per_device, None)]
+    elif step is None:  # 4, or 0 where TRL's batch flags are given (a `trl grpo` YAML): used as they are
+        step = grpo_step_prompts(None, None, accumulation, flags.generation_batch_size, flags.steps_per_generation,
+                                 processes)
+        changes.append(("prompts_per_step", step, None))
+        if accumulation:  # said always: a flag that elsewhere multiplies prompts multiplies completions here
+            completions = per_device * accumulation * processes
+            notes.append(f"note: --gradient_accumulation_steps {accumulation} sets TRL's batch, counted in "
+                         f"completions: --per_device_train_batch_size {per_device} x {accumulation} = {completions} "
+                         f"completions per optimizer step, {completions / group:g} prompts x {group} completions "
+                         "(--prompts_per_step N counts prompts instead)")
+    if step:
+        generation = flags.prompts_per_generation or step  # a GPU's default is set before (resolve_machine)
+        batch = grpo_batch(step, group, per_device, processes, accumulation, generation)
+        changes += [
+            ("prompts_per_generation", generation, None),
+            ("per_device_train_batch_size", batch["per_device_train_batch_size"],
+             "one optimizer step's share per process"),
+            ("gradient_accumulation_steps", batch["gradient_accumulation_steps"], "derived from --prompts_per_step"),
+            # TRL derives steps_per_generation (forward/backward passes per generation) from this.
+            ("generation_batch_size", batch["generation_batch_size"],
+             "derived from --prompts_per_generation x --num_generations; pass --prompts_per_step 0 to set it"),
+        ]
+    return changes, notes
+
+
+def ppo_flags(flags, processes):
+    """PPO's rollout from `flags` (the parsed values, as attributes) and the launch's process count:
+    `--prompts_per_rollout` and TRL's `--num_mini_batches` (`ppo_rollout`), as `grpo_flags` returns them."""
+    _at_least(flags, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "num_mini_batches",
+              "prompts_per_rollout")
+    update = ppo_update_prompts(flags.per_device_train_batch_size, flags.gradient_accumulation_steps, processes)
+    rollout, mini_batches = ppo_rollout(flags.prompts_per_rollout, flags.num_mini_batches, update)
+    return [("prompts_per_rollout", rollout, None),
+            ("num_mini_batches", mini_batches, "derived from --prompts_per_rollout")], []
+
+
+def _at_least(flags, minimum, *names):
+    """Refuse, before any arithmetic, a count below what the batch needs (the configs check it too)."""
+    for name in names:
+        value = getattr(flags, name)
+        if value is not None and value < minimum:
+            raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
 
 
 def ppo_update_prompts(per_device, gradient_accumulation_steps, processes):

@@ -95,36 +95,34 @@ class Parser:
             os.environ[key] = str(value)
         try:
             self.parser.set_defaults_with_config(**config)
-            machine_flags, machine_notes = self._machine(args)
-            configs = self.parser.parse_args_into_dataclasses(args + machine_flags)
-        except ValueError as error:  # raised by HfArgumentParser and by the configs' __post_init__ checks
+            values, unused = self.parser.parse_known_args(args)
+            if unused:
+                raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {unused}")
+            machine_notes = self._machine(values)
+            notes = _settle(values) + machine_notes
+            configs = self.parser.parse_dict(vars(values))  # each config checks its own fields (raises ValueError)
+        except ValueError as error:  # raised by HfArgumentParser, rlhf.batches and the configs' __post_init__ checks
             raise UserError(str(error).splitlines()[0]) from None
         given = {*config, *self._given_flags(args)}
         if translated and is_main_process():  # once the flags parsed: a refused launch says its error alone
             print("\n".join(translated), flush=True)
-        _print_notes(configs, given, machine_notes)
+        _print_notes(notes, given)
         for parsed in configs:  # what the user gave (a flag or a YAML key), for checks that fit only defaults
             parsed.__dict__["_given"] = frozenset(given)
         return configs
 
-    def _machine(self, args):
+    def _machine(self, values):
         """What the machine and the launcher decide (`rlhf.engines.resolve_machine`: CPU processes, DeepSpeed's
-        backend on CPU, TF32, pinned memory), as flags placed after the user's so that they win, and the note lines
+        backend on CPU, TF32, pinned memory, bf16 refused without it), set on the parsed `values`, and the note lines
         that say so. Decided before the configs are built: transformers sets its devices up from these fields when
         its `TrainingArguments` is. Nothing for a script without training arguments."""
         if "use_cpu" not in self.known.values():
-            return [], []
+            return []
         from rlhf.engines import launch_notes, resolve_machine
 
-        parsed, _ = self.parser.parse_known_args(args)
-        flags, notes = [], []
-        for name, value, why, always in resolve_machine(parsed):
-            flags += [f"--{name}", str(value)]
-            old = getattr(parsed, name)
-            if why and old != value:
-                notes.append((name, _changed_line(name, old, value, why), always))
-        notes += [(name, line, False) for name, line in launch_notes(parsed)]  # said where the flag is given
-        return flags, notes
+        notes = _set(values, resolve_machine(values))
+        notes += [(name, line, False) for name, line in launch_notes(values)]  # said where the flag is given
+        return notes
 
     def _given_flags(self, args):
         """The fields the command line sets (a `--no_X` flag sets X)."""
@@ -132,13 +130,67 @@ class Parser:
         return {self.known.get(name, self.known.get(name.removeprefix("no_"))) for name in names}
 
 
-def _print_notes(configs, given, notes=()):
-    """Say, in one line each, every value changed on the user's behalf (the configs' own, `change`; then `notes`,
-    the machine's): where the user gave it, or where it is news anyway. Once per launch: the main process prints."""
-    notes = [*(note for config in configs for note in vars(config).get("_notes", ())), *notes]
+def _print_notes(notes, given):
+    """Say, in one line each, every value changed on the user's behalf and every flag that does nothing (`notes`:
+    [(field, line, said always)]): where the user gave the field, or where it is news anyway. Once per launch: the
+    main process prints."""
     lines = list(dict.fromkeys(line for name, line, always in notes if always or name in given))  # each line once
     if lines and is_main_process():
         print("\n".join(lines), flush=True)
+
+
+# TRL's ModelConfig fields that set up the LoRA adapter, which --use_peft asks for.
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save", "use_rslora",
+               "use_dora")
+
+
+def _settle(values):
+    """What the package settles from the flags before the configs are built, set on the parsed `values`, and the
+    note lines that say so or that a flag does nothing here: [(field, line, said always)]. The configs only check
+    their own fields; what needs the launch (the process count) is read here. The batches of GRPO and PPO in TRL's
+    terms come from `rlhf.batches` (TRL's GRPOConfig derives its generation batch from them as it is built)."""
+    from rlhf.batches import grpo_flags, ppo_flags
+    from rlhf.processes import launched_processes
+
+    notes = []
+    if hasattr(values, "use_peft") and not values.use_peft:  # said where the user gave one of them
+        line = ("note: the LoRA settings given (--lora_r, --lora_alpha, ...) do nothing without --use_peft: all "
+                "weights train; add --use_peft (or use_peft: true) to train a LoRA adapter")
+        notes += [(name, line, False) for name in LORA_FIELDS]
+    if hasattr(values, "reward_funcs") and "reward_model" not in values.reward_funcs:  # trl grpo would score with
+        # the model as well: say it is not
+        notes.append(("reward_model_name_or_path", f"note: --reward_model_name_or_path "
+                      f"{values.reward_model_name_or_path} is not used: --reward_funcs has no reward_model (add it to "
+                      "score with the model too)", False))
+    changes, lines = [], []
+    if hasattr(values, "prompts_per_step"):  # GRPO
+        changes, lines = grpo_flags(values, launched_processes())
+    elif hasattr(values, "prompts_per_rollout"):  # PPO
+        changes, lines = ppo_flags(values, launched_processes())
+    notes += [(None, line, True) for line in lines]
+    notes += _set(values, [(name, value, why, False) for name, value, why in changes])
+    if (str(getattr(values, "stop_token", "eos")).lower() == "none" and values.stop_token_id is None
+            and values.missing_eos_penalty is not None):  # PPO: the penalty would lower every score alike
+        why = ("--stop_token none without --stop_token_id: completions run to --max_completion_length, none can end "
+               "before it")
+        notes += _set(values, [("missing_eos_penalty", None, why, True)])
+    if getattr(values, "eval_prompts", 0) and values.save_total_limit == 1:  # transformers keeps the best besides the
+        # newest, and at the end of training deletes every other checkpoint, the newest included, which resuming needs
+        why = "the best checkpoint by the held-out metric is kept besides the newest, which resuming needs"
+        notes += _set(values, [("save_total_limit", 2, why, False)])
+    return notes
+
+
+def _set(values, changes):
+    """Set each (field, value, why, said always) of `changes` on the parsed `values`, in order, and return the note
+    lines [(field, line, said always)] of those whose value changed and have a `why`."""
+    notes = []
+    for name, value, why, always in changes:
+        old = getattr(values, name)
+        setattr(values, name, value)
+        if why and old != value:
+            notes.append((name, _changed_line(name, old, value, why), always))
+    return notes
 
 
 def exit_on_user_error(main):
@@ -202,24 +254,8 @@ def _close_process_group():
     return True
 
 
-def change(config, name, value, why, always=False):
-    """Set `config.name` to `value` on the user's behalf, and say so in one line (`_print_notes` prints it once, from
-    the main process): `note: --name old -> new (why)`. Unless `always`, only where the user gave the old value
-    (a flag or a YAML key): a default the package resolves is no news."""
-    old = getattr(config, name)
-    setattr(config, name, value)
-    if old != value:
-        note(config, name, _changed_line(name, old, value, why), always)
-
-
-def note(config, name, line, always=False):
-    """Keep `line` on `config` (its `_notes`, no field) for `_print_notes` to print after parsing, where the user gave
-    `name` (or `always`)."""
-    config.__dict__.setdefault("_notes", []).append((name, line, always))
-
-
 def _changed_line(name, old, value, why):
-    """The one `note:` line of a value changed on the user's behalf (by a config, `change`, or by the machine)."""
+    """The one `note:` line of a value changed on the user's behalf (by the package's settling or by the machine)."""
     return f"note: --{name} {_spelled(old)} -> {_spelled(value)} ({why})"
 
 

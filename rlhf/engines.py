@@ -149,7 +149,8 @@ def _is_sharded(parameter):
 def resolve_machine(training):
     """What the launch makes of the machine, in one place, before transformers sets its devices up from `training`
     (the training arguments): [(field, value, why, said always)], `why` None for a value set without a note.
-    Refuses an engine launch that would train as something else (`check_engine_launch`)."""
+    Refuses an engine launch that would train as something else (`check_engine_launch`), and --bf16 where the
+    machine has no bfloat16 (transformers' own refusal names no flag)."""
     from rlhf import processes
 
     check_engine_launch()
@@ -165,6 +166,9 @@ def resolve_machine(training):
             # transformers starts no process group and every process would train alone on all the data.
             changes.append(("use_cpu", True, "several processes and no GPU: each trains its share on the CPU", True))
     use_cpu = training.use_cpu or any(name == "use_cpu" for name, *_ in changes)
+    if training.bf16 and not use_cpu and not _bf16_available():
+        raise UserError("--bf16 needs a GPU with bfloat16 support, and this machine has none; drop --bf16 (or add "
+                        "--use_cpu for bf16 autocast on the CPU).")
     if training.tf32 is None:  # on where the GPU has it (Ampere and newer)
         changes.append(("tf32", _cuda_supports_tf32() and not use_cpu, None, False))
     if not processes.cuda_available() and training.dataloader_pin_memory:
@@ -205,3 +209,9 @@ def _cuda_supports_tf32():
     import torch
 
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
+
+
+def _bf16_available():
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    return is_torch_bf16_gpu_available() or is_torch_xla_available()

@@ -30,6 +30,7 @@ def grpo(model_args, data_args, reward_args, training_args):
     problems.run(check_reward_weights, training_args.reward_weights, reward_args.reward_funcs)
     problems.run(check_reward_funcs, reward_args.reward_funcs)  # a user's module imports, its signature can be called
     problems.run(check_quantization, model_args)
+    problems.run(check_report_to, training_args.report_to)
     if training_args.use_vllm:
         import importlib.util
 
@@ -59,6 +60,7 @@ def ppo(model_args, data_args, training_args):
     if {reward_path: reward_ok, policy_path: policy_ok}.get(value_path, True):  # a folder's failure is said once
         problems.run(check_value_model, value_path, trust)
     problems.run(check_quantization, model_args)
+    problems.run(check_report_to, training_args.report_to)
     problems.raise_them()
     _warn(check_reward_order(reward_funcs, training_args.reward_weights, training_args.boxed_rewards))
     tokenizer = load_tokenizer(policy_path, trust)
@@ -76,6 +78,7 @@ def reward_model(model_args, training_args):
     check_model_source(model_args.model_name_or_path, "model", "--model_name_or_path")
     check_lora_targets(model_args, model_config(model_args.model_name_or_path, trust), "SEQ_CLS", trust)
     check_quantization(model_args)
+    check_report_to(training_args.report_to)
     model_args.dtype = check_precision(model_args, training_args)  # `auto` named: every model loads in it
 
 
@@ -130,6 +133,25 @@ class Problems:
         if self.found:
             raise UserError(f"{len(self.found)} things to fix: " + "; ".join(
                 f"({number}) {message}" for number, message in enumerate(self.found, 1)))
+
+
+def check_report_to(report_to):
+    """Refuse a --report_to integration that is unknown or not installed: the Trainer would fail once models load."""
+    from transformers.integrations import integration_utils
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    installed = None
+    for name in names:
+        if name in ("all", "none"):
+            continue
+        if name not in integration_utils.INTEGRATION_TO_CALLBACK:
+            others = sorted(set(integration_utils.INTEGRATION_TO_CALLBACK) - {"tensorboard"})
+            raise UserError(f"--report_to {name} is not supported; use one of tensorboard, none, all, "
+                            f"{', '.join(others)}.")
+        installed = installed if installed is not None else integration_utils.get_available_reporting_integrations()
+        if name not in installed and name != "flyte":  # flyte is never listed as available
+            raise UserError(f"--report_to {name} needs its package, which is not installed: pip install it, or "
+                            "drop it (--report_to tensorboard is the default).")
 
 
 def _checked_policy(model_args, data_args, training_args):

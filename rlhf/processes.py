@@ -2,7 +2,7 @@
 
 One process for `python script.py`, several under torchrun / accelerate launch. Once the training arguments have
 set accelerate up (transformers' `TrainingArguments` creates its `PartialState` as it is parsed), accelerate's
-`PartialState` answers. Before that (the configs' own checks, run while they are parsed) the launcher's environment
+`PartialState` answers. Before that (what the parser settles before the configs are built) the launcher's environment
 answers (torchrun, accelerate launch and deepspeed set RANK and WORLD_SIZE): creating a `PartialState` here would
 start the process group itself, with accelerate's defaults rather than the run's (`--ddp_backend`, `--ddp_timeout`,
 DeepSpeed's own start-up), and before `--use_cpu` is settled, so a CPU launch would find no backend and count every
@@ -56,7 +56,7 @@ def cuda_available():
 def on_gpu(use_cpu=False):
     """Whether training runs on a CUDA GPU: one is visible and `--use_cpu` does not keep training off it.
 
-    The configs' defaults ask it before any process group exists, and what loads the models after: both get the
+    The parser's machine defaults ask it before any process group exists, and what loads the models after: both get the
     same answer from the same inputs, which is also the device the Trainer picks on a CUDA machine.
     """
     return cuda_available() and not use_cpu

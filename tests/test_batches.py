@@ -1,4 +1,6 @@
-"""The batch arithmetic (rlhf.batches), on values worked out by hand; how the configs use it: tests/test_config.py."""
+"""The batch arithmetic (rlhf.batches), on values worked out by hand; how the parser uses it: tests/test_config.py."""
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -7,7 +9,9 @@ from rlhf.batches import (
     GPU_PROMPTS_PER_GENERATION,
     generation_prompts,
     grpo_batch,
+    grpo_flags,
     grpo_step_prompts,
+    ppo_flags,
     ppo_rollout,
     ppo_update_prompts,
     rollout_chunk,
@@ -76,3 +80,78 @@ def test_a_gpu_generates_a_whole_rollout_at_once_where_its_memory_budget_holds_i
     assert rollout_chunk(64, generated + 5 * per_sequence, vocabulary, prompt, completion) == 4
     assert rollout_chunk(64, generated / 2, vocabulary, prompt, completion) == 1  # not even the generation: 1
     assert rollout_chunk(48, generated + 30 * per_sequence, vocabulary, prompt, completion) == 24
+
+
+def grpo_values(**given):
+    """GRPO's batch flags as the parser has them before settling: the defaults, `given` on top."""
+    return SimpleNamespace(**{"prompts_per_step": None, "batch_size": None, "prompts_per_generation": None,
+                              "num_generations": 4, "per_device_train_batch_size": 16,
+                              "gradient_accumulation_steps": None, "generation_batch_size": None,
+                              "steps_per_generation": None, **given})
+
+
+def test_grpo_flags_translate_the_default_step_into_trls_batch():
+    # 4 prompts x 4 completions = 16 a step: one pass of 16 on one process, 8 each on two
+    changes, notes = grpo_flags(grpo_values(), processes=1)
+    assert {name: value for name, value, _ in changes} == {
+        "prompts_per_step": 4, "prompts_per_generation": 4, "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 1, "generation_batch_size": 16}
+    assert notes == []
+    changes, _ = grpo_flags(grpo_values(prompts_per_generation=64), processes=2)
+    assert {name: value for name, value, _ in changes}["per_device_train_batch_size"] == 8
+    assert ("generation_batch_size", 256, "derived from --prompts_per_generation x --num_generations; pass "
+            "--prompts_per_step 0 to set it") in changes
+    assert ("per_device_train_batch_size", 8, "one optimizer step's share per process") in changes
+
+
+def test_grpo_flags_take_a_hand_written_batch_size_and_say_what_it_became():
+    # 2 prompts per pass and device x 3 passes x 2 processes = 12 prompts a step, 2 x 4 = 8 completions per pass
+    changes, notes = grpo_flags(grpo_values(batch_size=2, gradient_accumulation_steps=3), processes=2)
+    values = {name: value for name, value, _ in changes}
+    assert (values["batch_size"], values["prompts_per_step"], values["per_device_train_batch_size"]) == (None, 12, 8)
+    assert (values["gradient_accumulation_steps"], values["generation_batch_size"]) == (3, 48)
+    assert notes == ["note: --batch_size 2 -> --prompts_per_step 12 --per_device_train_batch_size 8 (2 prompts x 4 "
+                     "completions per pass on each of 2 processes, 3 passes per optimizer step; this package counts "
+                     "prompts per optimizer step)"]
+    with pytest.raises(ValueError, match="--batch_size 2 and --prompts_per_step 8 both set the prompts of a step"):
+        grpo_flags(grpo_values(batch_size=2, prompts_per_step=8), processes=1)
+
+
+def test_grpo_flags_leave_trls_batch_flags_as_they_are_and_say_they_count_completions():
+    changes, notes = grpo_flags(grpo_values(per_device_train_batch_size=4, gradient_accumulation_steps=2), 1)
+    assert changes == [("prompts_per_step", 0, None)]  # nothing else: TRL's GRPOConfig derives the rest
+    assert notes == ["note: --gradient_accumulation_steps 2 sets TRL's batch, counted in completions: "
+                     "--per_device_train_batch_size 4 x 2 = 8 completions per optimizer step, 2 prompts x 4 "
+                     "completions (--prompts_per_step N counts prompts instead)"]
+    assert grpo_flags(grpo_values(steps_per_generation=3), processes=1) == ([("prompts_per_step", 0, None)], [])
+    assert grpo_flags(grpo_values(prompts_per_step=0), processes=1) == ([], [])
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"per_device_train_batch_size": 0}, "--per_device_train_batch_size must be >= 1, got 0."),
+    ({"num_generations": 1}, "--num_generations must be >= 2, got 1."),
+    ({"prompts_per_step": -1}, "--prompts_per_step must be >= 0, got -1."),
+    ({"batch_size": 0}, "--batch_size must be >= 1, got 0."),
+    ({"prompts_per_generation": 0}, "--prompts_per_generation must be >= 1, got 0."),
+    ({"gradient_accumulation_steps": 0, "prompts_per_step": 4}, "--gradient_accumulation_steps must be >= 1, got 0."),
+])
+def test_grpo_flags_refuse_counts_below_their_minimum_before_any_arithmetic(given, message):
+    with pytest.raises(ValueError) as error:
+        grpo_flags(grpo_values(**given), processes=1)
+    assert str(error.value) == message
+
+
+def test_ppo_flags_cut_a_rollout_into_mini_batches_of_one_optimizer_steps_prompts():
+    def ppo(processes=1, **given):
+        values = SimpleNamespace(**{"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+                                    "prompts_per_rollout": None, "num_mini_batches": None, **given})
+        return ppo_flags(values, processes)
+
+    assert ppo() == ([("prompts_per_rollout", 4, None), ("num_mini_batches", 1, "derived from --prompts_per_rollout")],
+                     [])
+    # 64 prompts, 4 a pass x 2 passes x 2 processes = 16 per optimizer step: 4 mini-batches
+    assert ppo(processes=2, gradient_accumulation_steps=2, prompts_per_rollout=64)[0][1][1] == 4
+    assert ppo(num_mini_batches=3)[0][0] == ("prompts_per_rollout", 12, None)  # TRL's flag: 3 mini-batches of 4
+    for name in ("num_mini_batches", "prompts_per_rollout", "per_device_train_batch_size"):
+        with pytest.raises(ValueError, match=f"--{name} must be >= 1, got 0"):
+            ppo(**{name: 0})

@@ -342,7 +342,7 @@ def test_a_value_that_fails_only_once_training_runs_is_refused_first(tiny_models
                                                                       script, flags, message):
     import transformers.integrations.integration_utils as integrations
 
-    monkeypatch.setattr("config._bf16_available", lambda: False)  # the same answer on a machine with a GPU
+    monkeypatch.setattr("rlhf.engines._bf16_available", lambda: False)  # the same answer on a machine with a GPU
     monkeypatch.setattr("rlhf.checks.cuda_available", lambda: False)
     monkeypatch.setattr(integrations, "get_available_reporting_integrations", lambda: ["tensorboard"])
     build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args}[script]

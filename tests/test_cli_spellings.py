@@ -48,7 +48,6 @@ def test_the_older_ppo_names_are_aliases(tmp_path):
 def test_the_hand_written_grpo_command_line_runs_as_written_and_says_what_its_batch_became(tmp_path, capsys,
                                                                                           monkeypatch):
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
-    monkeypatch.setattr("config._check_report_to", lambda report_to: None)  # wandb is not installed here
     flags = ["--model-name", "X", "--batch-size", "4", "--num-epochs", "3", "--learning-rate", "1e-6",
              "--num-generations", "4", "--max-new-tokens", "256", "--kl-coef", "0.1", "--clip-range", "0.2",
              "--temperature", "0.7", "--gradient-accumulation-steps", "4", "--max-grad-norm", "1.0", "--warmup-steps",
@@ -97,9 +96,7 @@ def test_a_field_of_trls_ppo_config_that_this_ppo_does_not_have_is_answered_with
     assert here in str(error.value)
 
 
-def test_a_yaml_reads_the_seeds_keys_and_a_nested_section_and_names_every_unknown_key_in_one_line(tmp_path, capsys,
-                                                                                                monkeypatch):
-    monkeypatch.setattr("config._check_report_to", lambda report_to: None)  # wandb is not installed here
+def test_a_yaml_reads_the_seeds_keys_and_a_nested_section_and_names_every_unknown_key_in_one_line(tmp_path, capsys):
     config = tmp_path / "math.yaml"
     config.write_text("model:\n  path: my/model\nnum_return_sequences: 8\nuse_wandb: true\ndevice: cpu\n")
     model, _, _, training = grpo("--config", config, "--output_dir", tmp_path)
@@ -143,7 +140,6 @@ def test_the_hand_written_grpos_device_and_wandb_flags_run_as_written_and_say_wh
     import os
 
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
-    monkeypatch.setattr("config._check_report_to", lambda report_to: None)  # wandb is not installed here
     config = grpo("--device", "cpu", "--use-wandb", "--wandb-project", "P", "--wandb-run-name", "R",
                   "--output_dir", tmp_path)[-1]
     assert config.use_cpu and "wandb" in config.report_to and config.run_name == "R"

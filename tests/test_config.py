@@ -579,3 +579,54 @@ def test_trl_model_and_data_fields_this_package_does_not_implement_are_refused_n
     # What TRL's ModelConfig says about loading reaches from_pretrained.
     assert trained_model_kwargs(parse("--attn_implementation", "eager")[0])["attn_implementation"] == "eager"
     assert "attn_implementation" not in trained_model_kwargs(parse()[0])
+
+
+def test_building_each_config_reads_no_launch_machine_or_package_and_prints_nothing(monkeypatch, capsys):
+    """config.py declares and checks; the parser settles the rest (`rlhf.cli._settle`, `rlhf.engines`)."""
+    import ast
+    import inspect
+
+    import transformers.integrations.integration_utils as integrations
+
+    import config
+    from rlhf import processes
+
+    def refuse(*args):
+        raise AssertionError("a config read the launch, the machine or the installed packages")
+
+    for name in ("launched_processes", "process_index", "cuda_available", "on_gpu"):
+        monkeypatch.setattr(processes, name, refuse)
+    monkeypatch.setattr(engines, "_bf16_available", refuse)
+    monkeypatch.setattr(integrations, "get_available_reporting_integrations", refuse)
+    imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(config)))
+                if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"rlhf.cli", "rlhf.processes", "rlhf.engines"}
+    # Values the configs once translated or said a note about: here they are kept as given, unsaid.
+    built = [
+        config.ModelArguments(lora_r=8), config.PPOModelArguments(), config.PromptDataArguments(),
+        config.PreferenceDataArguments(), config.RewardArguments(reward_funcs=["boxed_format"]),
+        config.EvalArguments(), config.RewardTrainingConfig(report_to="wandb"),
+        config.GRPOTrainingConfig(gradient_accumulation_steps=4, eval_prompts=4, save_total_limit=1),
+        config.PPOTrainingConfig(prompts_per_rollout=8, eval_prompts=4, save_total_limit=1),
+    ]
+    assert capsys.readouterr().out == ""
+    grpo, ppo = built[-2], built[-1]
+    assert (grpo.prompts_per_step, grpo.per_device_train_batch_size, grpo.gradient_accumulation_steps) == (None, 16, 4)
+    assert grpo.generation_batch_size == 64  # TRL's own derivation: 16 x 4 completions
+    assert (ppo.num_mini_batches, grpo.save_total_limit, grpo.eval_steps) == (1, 1, 50)  # TRL's 1; eval_steps follows
+
+
+def test_each_field_is_declared_once_among_a_configs_own_classes():
+    """No default depends on the order of a class's bases: each field this package declares is declared by one of
+    its own classes in any config's MRO (TRL's and transformers' declarations are what it overrides)."""
+    import dataclasses
+
+    import config
+
+    for cls in vars(config).values():
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == "config"):
+            continue
+        ours = [base for base in cls.__mro__ if base.__module__ == "config"]
+        for name in (field.name for field in dataclasses.fields(cls)):
+            owners = [base.__name__ for base in ours if name in vars(base).get("__annotations__", {})]
+            assert len(owners) <= 1, f"{cls.__name__}.{name} is declared in {owners}"
