@@ -340,22 +340,27 @@ def run_phase(names, parts, records, work, end, save):
 def measure_runs(part, record, work, deadline, save):
     """Measure a part's runs one after another; a run that could not even start before `deadline` is listed."""
     if part.get("warmup") and deadline - time.monotonic() > START_S:
-        measure(part["warmup"], work / "warmup_run", part["bench"], deadline)
+        checked_measure(part["warmup"], work / "warmup_run", part["bench"], deadline)
     for plan in part["runs"]:
         if deadline - time.monotonic() < START_S:
             record["results"].append({"run": plan["run"], "repeat": plan.get("repeat", 0),
                                       "not_started": "no time left in the part"})
             continue
-        folder = run_folder(work, plan)
-        try:
-            result = measure(plan, folder, part["bench"], deadline)
-        except Exception as error:  # a run whose figures cannot be read: said, and the check goes on to the next
-            result = {"run": plan["run"], "repeat": plan.get("repeat", 0), "returncode": None, "error": repr(error)}
-        if result.get("returncode") != 0:
-            result["log_tail"] = log_tail(folder / "log.txt", 20) if (folder / "log.txt").is_file() else []
-        print(format_progress(result), flush=True)
-        record["results"].append(result)
+        record["results"].append(checked_measure(plan, run_folder(work, plan), part["bench"], deadline))
         save()
+
+
+def checked_measure(plan, folder, bench, deadline):
+    """`measure`, with the end of its log where it failed; a run whose figures cannot be read is said, and the check
+    goes on to the next one (a lent machine's minutes are not spent twice)."""
+    try:
+        result = measure(plan, folder, bench, deadline)
+    except Exception as error:
+        result = {"run": plan["run"], "repeat": plan.get("repeat", 0), "returncode": None, "error": repr(error)}
+    if result.get("returncode") != 0:
+        result["log_tail"] = log_tail(folder / "log.txt", 20) if (folder / "log.txt").is_file() else []
+    print(format_progress(result), flush=True)
+    return result
 
 
 def conclude(name, record, seconds, save):
@@ -401,12 +406,11 @@ def quickstart_result(job, returncode, stopped):
     plan = job["plan"]
     job["log"].close()
     result = {"run": plan["run"], "task": plan["task"], "seed": plan["seed"], "command": plan["command"],
-              "returncode": returncode, "wall_s": round(time.monotonic() - job["began"], 1),
-              **quickstart_figures(plan["folder"])}
+              "returncode": returncode, **quickstart_figures(plan["folder"])}
     if stopped:
         result["stopped"] = True
-    if returncode != 0:
-        result["log_tail"] = log_tail(Path(job["log"].name), 20)
+    if returncode != 0:  # a finished one's time is its summary's (timings_s)
+        result.update(wall_s=round(time.monotonic() - job["began"], 1), log_tail=log_tail(Path(job["log"].name), 20))
     return result
 
 
