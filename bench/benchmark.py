@@ -45,8 +45,8 @@ from pathlib import Path
 if not __package__:  # run as python bench/benchmark.py: Python put bench/ on sys.path, not the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.measure import measure, prepare_models, scoring_throughput, write_prompts  # noqa: E402
-from bench.plan import RUNS, plan_run  # noqa: E402
+from bench.measure import measure, prepare_models, run_folder, scoring_throughput, write_prompts  # noqa: E402
+from bench.plan import RUNS, plan_runs  # noqa: E402
 from bench.report import describe_environment, format_progress, print_header, print_plans, summarize  # noqa: E402
 from rlhf.cli import exit_on_user_error  # noqa: E402 (light: argparse and rlhf.errors)
 from rlhf.errors import UserError  # noqa: E402
@@ -152,16 +152,13 @@ def main(argv=None):
         work.mkdir(parents=True, exist_ok=True)
         paths = dict(zip(("policy", "reward_model"), prepare_models(args, work)), prompts=work / "prompts")
     on_gpu = cuda or device == "cuda"  # a dry run of --suite gpu shows the GPU's flags and step counts
-    plans = [plan_run(name, label, flags, args, paths, on_gpu) for repeat in range(args.repeats)
-             for name in (args.runs if repeat % 2 == 0 else args.runs[::-1]) for label, flags in args.variants]
+    plans = plan_runs(args, paths, on_gpu)
     environment = describe_environment(torch, cuda, args)
     print_header(environment, args)
     if args.dry_run:
         print_plans(plans[: len(plans) // args.repeats], on_gpu, cuda)
         return
-    per_repeat = len(plans) // args.repeats
-    folders = [work / ("".join(c if c.isalnum() or c in "_-." else "_" for c in plan["run"]) + f"_{i // per_repeat}")
-               for i, plan in enumerate(plans)]
+    folders = [run_folder(work, plan) for plan in plans]
     taken = [folder.name for folder in folders if (folder / "output").exists()]
     if taken:  # a finished run there has nothing to do: its old figures would be reported as new ones
         raise UserError(f"--work_dir {work} already holds runs of an earlier benchmark ({', '.join(taken)}); give a "
@@ -171,9 +168,8 @@ def main(argv=None):
         warmup = measure(plans[0], work / "warmup_run", args)
         print(f"warm-up run ({plans[0]['run']}, not counted): {warmup.get('wall_s', 0):.0f} s", flush=True)
     results = []
-    for i, (plan, folder) in enumerate(zip(plans, folders)):
+    for plan, folder in zip(plans, folders):
         result = measure(plan, folder, args)
-        result["repeat"] = i // per_repeat
         results.append(result)
         print(format_progress(result), flush=True)
         # Written after every run: a benchmark stopped part-way (a time limit, Ctrl-C) keeps the runs it finished.

@@ -3,6 +3,7 @@ scoring throughput."""
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -60,9 +61,19 @@ def shipped_rows():
     return [json.loads(line) for line in text.splitlines()]
 
 
-def measure(plan, run_dir, args):
+def run_folder(work, plan):
+    """The folder of one planned run: its name, made safe for a path, and its repeat."""
+    name = "".join(c if c.isalnum() or c in "_-." else "_" for c in plan["run"])
+    return work / f"{name}_{plan.get('repeat', 0)}"
+
+
+def measure(plan, run_dir, args, deadline=None):
+    """Run one plan and return its figures: s/step over whole generation cycles (none where `plan["measured"]` is 0:
+    a run for its memory alone) and peak memory. A run still going at `deadline` (time.monotonic()) is stopped and
+    keeps what it measured: its memory, and its time over the whole cycles it logged after the warm-up."""
     result = {key: plan[key] for key in ("run", "about", "command", "prompts_per_step", "steps_per_generation",
                                          "prompts_per_generation", "warmup", "measured")}
+    result["repeat"] = plan.get("repeat", 0)
     if plan["skipped"]:
         return {**result, "skipped": plan["skipped"]}
     stats_dir = run_dir / "stats"
@@ -75,37 +86,116 @@ def measure(plan, run_dir, args):
            "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(PROBE), os.environ.get("PYTHONPATH", "")])}
     start, load = time.perf_counter(), load_average()
-    with open(run_dir / "log.txt", "w", encoding="utf-8") as log:
-        returncode = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    returncode, stopped = run_until(command, run_dir / "log.txt", env, deadline)
     result.update(command=command, returncode=returncode, wall_s=round(time.perf_counter() - start, 1),
                   load_average_1min=[load, load_average()])  # at its start and end: the machine may be shared
-    if returncode != 0:
-        tail = (run_dir / "log.txt").read_text(encoding="utf-8", errors="replace").splitlines()[-5:]
+    if stopped:
+        result["stopped"] = True
+    elif returncode != 0:
         print(f"{plan['run']}: failed (exit code {returncode}); last lines of {run_dir / 'log.txt'}:\n  "
-              + "\n  ".join(tail))
+              + "\n  ".join(log_tail(run_dir / "log.txt")))
         return result
+    processes = [json.loads(path.read_text()) for path in stats_dir.glob("*.json")]  # none if it was killed
+    for figure, key in (("peak_rss_gb", "peak_rss_bytes"), ("peak_cuda_allocated_gb", "cuda_max_allocated_bytes"),
+                        ("peak_cuda_reserved_gb", "cuda_max_reserved_bytes")):
+        result[figure] = _gb(max((p[key] or 0 for p in processes), default=0))
+    if plan["measured"]:
+        result.update(timing(plan, output_dir, args, stopped))
+    return result
+
+
+def timing(plan, output_dir, args, stopped=False):
+    """s/step and tokens/s over the measured window; for a stopped run, over the whole cycles it logged after the
+    warm-up (nothing where it logged none)."""
     clock, lengths = logged_steps(output_dir)
-    window = whole_cycles(clock, lengths, plan["warmup"], plan["measured"], plan["steps_per_generation"])
+    measured = plan["measured"]
+    if stopped:
+        cycle = plan["steps_per_generation"]
+        measured = min(measured, (max(clock, default=0) - plan["warmup"]) // cycle * cycle)
+        if measured <= 0:
+            return {"measured": 0}
+    window = whole_cycles(clock, lengths, plan["warmup"], measured, plan["steps_per_generation"])
     window["tokens"] *= plan["completions_per_generation"]
     if not window["generations"]:
         raise RuntimeError(f"{plan['run']} logged no completion lengths (train/completions/mean_length)")
-    processes = [json.loads(path.read_text()) for path in stats_dir.glob("*.json")]
-    result.update(
-        seconds_per_step=round(window["seconds"] / window["steps"], 3),
-        cycle_seconds=[round(s, 3) for s in window["cycle_seconds"]],
-        step_seconds=[round(s, 3) for s in window["step_seconds"]],
-        cycles_aligned=window["aligned"],
-        completion_tokens=round(window["tokens"]),
-        completion_tokens_per_s=round(window["tokens"] / window["seconds"], 1),
-        mean_completion_tokens=round(window["tokens"] / (window["generations"] * plan["completions_per_generation"]),
-                                     1),
-        peak_rss_gb=_gb(max((p["peak_rss_bytes"] or 0) for p in processes)),
-        peak_cuda_allocated_gb=_gb(max((p["cuda_max_allocated_bytes"] or 0) for p in processes)),
-        peak_cuda_reserved_gb=_gb(max((p["cuda_max_reserved_bytes"] or 0) for p in processes)),
-        epoch_hours=round(window["seconds"] / window["steps"] * args.epoch_prompts / plan["prompts_per_step"] / 3600,
-                          3),
-    )
-    return result
+    return {
+        "measured": measured,
+        "seconds_per_step": round(window["seconds"] / window["steps"], 3),
+        "cycle_seconds": [round(s, 3) for s in window["cycle_seconds"]],
+        "step_seconds": [round(s, 3) for s in window["step_seconds"]],
+        "cycles_aligned": window["aligned"],
+        "completion_tokens": round(window["tokens"]),
+        "completion_tokens_per_s": round(window["tokens"] / window["seconds"], 1),
+        "mean_completion_tokens": round(window["tokens"] / (window["generations"] *
+                                                            plan["completions_per_generation"]), 1),
+        "epoch_hours": round(window["seconds"] / window["steps"] * args.epoch_prompts / plan["prompts_per_step"]
+                             / 3600, 3),
+    }
+
+
+STOP_GRACE_S = 15  # after Ctrl-C, time for a run to end its step and exit (its peak memory is written at exit)
+
+
+def run_until(command, log_path, env, deadline=None):
+    """Run `command` from the repository root, its output into `log_path`, until it ends or `deadline`
+    (time.monotonic()) passes. Returns (exit code, whether it was stopped at the deadline)."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        return finish([start(command, log, env)], deadline)[0]
+
+
+def start(command, log, env):
+    """Start `command` in a process group of its own (POSIX), so that a stop reaches every process it starts
+    (`accelerate launch`'s, a quickstart's stages)."""
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def finish(processes, deadline=None):
+    """Wait for `processes`; at `deadline` (or a Ctrl-C here, which their own groups do not get) stop those still
+    running, all at once. Returns (exit code, whether the deadline stopped it) for each."""
+    running = []
+    try:
+        for process in processes:
+            process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        running = [process for process in processes if process.poll() is None]
+        stop(*running)
+    except KeyboardInterrupt:
+        stop(*processes)
+        raise
+    return [(process.returncode, process in running) for process in processes]
+
+
+def stop(*processes):
+    """Stop runs as Ctrl-C would (the package's scripts end their step, save and exit 130; the probe writes their
+    memory at exit), and kill what is left of their process groups STOP_GRACE_S later."""
+    if os.name != "posix":
+        for process in processes:
+            process.terminate()
+    else:
+        for process in processes:
+            _signal_group(process, signal.SIGINT)
+        grace_end = time.monotonic() + STOP_GRACE_S
+        for process in processes:
+            try:
+                process.wait(timeout=max(0.0, grace_end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for process in processes:
+            _signal_group(process, signal.SIGKILL)
+    for process in processes:
+        process.wait()
+
+
+def _signal_group(process, sig):
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:  # every process of the group has ended
+        pass
+
+
+def log_tail(path, lines=5):
+    return path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
 
 
 def logged_steps(output_dir):
@@ -116,7 +206,7 @@ def logged_steps(output_dir):
     from rlhf.metrics import event_files, read_scalars
 
     scalars = read_scalars(event_files(output_dir))
-    clock = scalars.get("train/loss") or scalars["train/loss/policy_avg"]
+    clock = scalars.get("train/loss") or scalars.get("train/loss/policy_avg") or {}
     lengths = scalars.get("train/completions/mean_length", {})
     return {step: wall for step, (wall, _) in clock.items()}, {step: value for step, (_, value) in lengths.items()}
 

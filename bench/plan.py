@@ -88,9 +88,27 @@ def plan_run(name, variant, variant_flags, args, paths, cuda):
         command += ["--max_steps", str(total)]
     skip = "vllm not installed" if "_vllm" in name and not vllm_importable() else None
     return {"run": f"{name}[{variant}]" if variant else name, "about": RUN_DESCRIPTIONS[name], "command": command,
-            **shape, "warmup": cycles["warmup_steps"] * steps_per_cycle,
+            **shape, "steps": total, "warmup": cycles["warmup_steps"] * steps_per_cycle,
             "measured": cycles["steps"] * steps_per_cycle, "prompts_needed": total * shape["prompts_per_step"],
             "skipped": skip}
+
+
+def plan_runs(args, paths, cuda):
+    """Every run of `args.runs` x `args.variants`, `args.repeats` times in ABBA order (listed, reversed, listed...: no
+    run always goes first, and a pair's drift cancels), each with its `repeat`."""
+    return [{**plan_run(name, label, flags, args, paths, cuda), "repeat": repeat} for repeat in range(args.repeats)
+            for name in (args.runs if repeat % 2 == 0 else args.runs[::-1]) for label, flags in args.variants]
+
+
+def plan_memory_run(name, args, paths, cuda, flags=()):
+    """A run for its peak memory alone, untimed: one generation and two optimizer steps (the second one with AdamW's
+    state: every shape a longer run has); PPO: one rollout, whose mini-batches take an optimizer step each."""
+    plan = plan_run(name, "", list(flags), args, paths, cuda)
+    ppo = name.startswith("ppo")
+    steps = 1 if ppo else 2
+    count = ["--total_episodes", plan["prompts_per_step"]] if ppo else ["--max_steps", steps]
+    return {**plan, "command": [*plan["command"][:-2], *map(str, count)], "steps": steps, "warmup": 0, "measured": 0,
+            "prompts_needed": steps * plan["prompts_per_step"]}
 
 
 def batch_shape(name, command, cuda):

@@ -5,8 +5,11 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import time
 from pathlib import Path
+
+from bench import ROOT
 
 
 def describe_environment(torch, cuda, args):
@@ -14,18 +17,43 @@ def describe_environment(torch, cuda, args):
     from importlib.metadata import PackageNotFoundError, version
 
     versions = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
-    for package in ("transformers", "trl", "peft", "accelerate", "vllm"):
+    for package in ("transformers", "trl", "peft", "accelerate", "datasets", "vllm"):
         try:
             versions[package] = version(package)
         except PackageNotFoundError:
             versions[package] = None
     if cuda:
-        device = f"{torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
+        device = (f"{torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} "
+                  f"GiB, driver {gpu_driver()}), {os.cpu_count()} CPU cores")
     else:
         device = f"CPU: {cpu_model()}, {os.cpu_count()} cores, {args.threads} threads per run"
-    return {"device": device, "suite": args.suite, "versions": versions,
+    return {"device": device, "suite": args.suite, "versions": versions, "commit": commit(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "load_average_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+
+
+def gpu_driver():
+    """The NVIDIA driver's version, from nvidia-smi (None without it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0] if out else None
+
+
+def commit():
+    """The commit measured (short hash, "+changes" where the tree differs from it); None where git cannot tell."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+    try:
+        head, status = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+changes" if status.stdout.strip() else "")
 
 
 def cpu_model():
@@ -62,13 +90,19 @@ def print_plans(plans, on_gpu, cuda):
 
 
 def format_progress(result):
+    """One line per run: its time per step (a run for its memory alone has none), peak memory and wall time."""
     if result.get("skipped"):
         return f"{result['run']}: skipped: {result['skipped']}"
-    if result["returncode"] != 0:
-        return f"{result['run']}: failed (exit code {result['returncode']})"
-    return (f"{result['run']}: {result['seconds_per_step']:.2f} s/step over {result['measured']} steps "
-            f"(cycles {result['cycle_seconds']} s), {result['completion_tokens_per_s']:.1f} tok/s, "
-            f"peak {_memory(result)}, wall {result['wall_s']:.0f} s")
+    if result.get("not_started"):
+        return f"{result['run']}: not started: {result['not_started']}"
+    if result.get("returncode") != 0 and not result.get("stopped"):
+        why = result.get("error") or f"exit code {result.get('returncode')}"
+        return f"{result['run']}: failed ({why})"
+    timed = (f"{result['seconds_per_step']:.2f} s/step over {result['measured']} steps (cycles "
+             f"{result['cycle_seconds']} s), {result['completion_tokens_per_s']:.1f} tok/s, "
+             if "seconds_per_step" in result else "")
+    stopped = ", stopped at its part's end" if result.get("stopped") else ""
+    return f"{result['run']}: {timed}peak {_memory(result)}, wall {result['wall_s']:.0f} s{stopped}"
 
 
 def _memory(result):
@@ -164,3 +198,90 @@ def print_table(medians, args, environment):
               f"{m['steps_per_generation']:>6} {m['completion_tokens_per_s']:>7.1f} {rss:>9} {cuda:>14} {epoch:>14}")
     print("s/step: measured time / optimizer steps over whole generation cycles (PPO: per rollout, one logged step); "
           "median over repeats")
+
+
+def check_markdown(report):
+    """The GPU check's figures as markdown (bench/gpu_check.py): the device and versions, then a table per part."""
+    versions = ", ".join(f"{name} {value}" for name, value in report["versions"].items() if value)
+    lines = ["# GPU check", "", f"{report['device']}; {versions}; commit {report['commit'] or 'unknown'}; "
+             f"{report['date']}; {report['elapsed_s']} s of the {report['budget_s']} s budget.", ""]
+    for name, record in report["parts"].items():
+        took = f" in {record['wall_s']} s" if "wall_s" in record else ""
+        lines += [f"## {name}: {record['about']}", "", f"{record['status']}{took} (budget {record['budget_s']} s, "
+                  f"estimated {record['estimate_s']} s)", ""]
+        if record["results"]:
+            lines += (quickstart_table if name == "quickstarts" else runs_table)(record["results"]) + [""]
+        if record.get("ratio"):
+            ratio = record["ratio"]
+            pairs = ", ".join(f"{r:.3f}" for r in ratio["per_pair"])
+            lines += [f"{ratio['runs']}, seconds per generated token: **{ratio['seconds_per_token']:.3f}**"
+                      + (f" (per pair: {pairs})" if pairs else ""), ""]
+    return "\n".join(lines)
+
+
+def quickstart_table(results):
+    rows = ["| task | seed | results (95% CIs) | peak memory per stage (GiB, run_report.json) | time (s) | status |",
+            "|---|---|---|---|---|---|"]
+    for r in results:
+        memory = ", ".join(f"{stage} {(figures['peak_memory'] or {}).get('gb', '-')}"
+                           for stage, figures in r["stages"].items())
+        seconds = r["timings_s"]["total"] if "timings_s" in r else r["wall_s"]
+        rows.append(f"| {r['task']} | {r['seed']} | {quickstart_results(r) or '-'} | {memory or '-'} | {seconds} | "
+                    f"{quickstart_status(r)} |")
+    return rows
+
+
+def quickstart_status(result):
+    if result["returncode"] == 0:
+        return "ok"
+    if result.get("stopped"):
+        finished = [stage for stage, figures in result["stages"].items() if figures["finished"]]
+        return f"stopped at its part's end; stages finished: {', '.join(finished) or 'none'}"
+    return f"failed (exit code {result['returncode']})"
+
+
+def quickstart_results(result):
+    """A quickstart's results in one cell: the win rates (reward-model task) or accuracy gains (math task)."""
+    from rlhf.evaluation_report import gain_interval, win_interval
+
+    parts = []
+    if result.get("reward_accuracy"):
+        parts.append(f"reward model accuracy {result['reward_accuracy']['accuracy']:.2f}")
+    for c in result.get("comparison", []):
+        if "accuracy_delta" in c:
+            base = result["models"][Path(c["baseline"]).name]["verifier_accuracy"]
+            accuracy = result["models"][c["model"]]["verifier_accuracy"]
+            parts.append(f"{c['model']} accuracy {accuracy:.1%} (base {base:.1%}): gain {c['accuracy_delta']:+.1%} "
+                         f"({gain_interval(c['accuracy_delta_ci_low'], c['accuracy_delta_ci_high'], ' to ')})")
+        else:
+            parts.append(f"{c['model']} vs base: win rate {c['win_rate']:.2f} "
+                         f"({win_interval(c['ci_low'], c['ci_high'], '-')})")
+    return "; ".join(parts)
+
+
+def runs_table(results):
+    rows = ["| run | repeat | s/step | completion tokens/s | peak GPU memory, allocated / reserved (GB) | peak RSS "
+            "(GB) | wall (s) | note |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        timed = "-", "-"
+        if "seconds_per_step" in r:
+            timed = f"{r['seconds_per_step']:.3f}", f"{r['completion_tokens_per_s']:.1f}"
+        gpu = "-"
+        if r.get("peak_cuda_allocated_gb"):
+            gpu = f"{r['peak_cuda_allocated_gb']} / {r['peak_cuda_reserved_gb']}"
+        rows.append(f"| {r['run']} | {r.get('repeat', 0)} | {' | '.join(timed)} | {gpu} | "
+                    f"{r.get('peak_rss_gb') or '-'} | {r.get('wall_s', '-')} | {run_note(r)} |")
+    return rows
+
+
+def run_note(result):
+    """What a row of the check's tables needs said: a run not started, stopped at its part's end, or failed."""
+    if result.get("not_started"):
+        return f"not started: {result['not_started']}"
+    if result.get("stopped"):
+        measured = result["measured"] if "seconds_per_step" in result else 0
+        return f"stopped at its part's end: {measured} steps measured"
+    if result.get("returncode") != 0:
+        why = result.get("error") or f"exit code {result.get('returncode')}"
+        return f"failed: {why}"
+    return ""

@@ -2,12 +2,15 @@
 and on tiny models every figure comes out (the figures themselves are not judged)."""
 
 import json
+import os
 import re
+import sys
+import time
 
 import pytest
 
-from bench import benchmark
-from bench.measure import whole_cycles
+from bench import benchmark, gpu_check
+from bench.measure import run_until, whole_cycles
 from bench.plan import RUNS, plan_run, run_flags
 from conftest import ROOT, run_script
 
@@ -90,7 +93,7 @@ def test_repeats_run_in_abba_order_and_each_pair_gives_its_own_ratio(monkeypatch
     args = benchmark.parse_args(["--suite", "gpu", "--dry_run"])
     assert (args.repeats, args.warmup_steps, args.steps, args.warmup_run) == (3, 2, 5, True)
     order = []
-    monkeypatch.setattr(benchmark, "plan_run", lambda name, *_: order.append(name) or {"run": name})
+    monkeypatch.setattr("bench.plan.plan_run", lambda name, *_: order.append(name) or {"run": name})
     monkeypatch.setattr(benchmark, "print_plans", lambda *_: None)
     benchmark.main(["--runs", "grpo_trl_settings", "trl_grpo", "--repeats", "4", "--dry_run"])
     assert order == ["grpo_trl_settings", "trl_grpo", "trl_grpo", "grpo_trl_settings"] * 2  # A B B A A B B A
@@ -218,3 +221,147 @@ def test_a_benchmark_stopped_part_way_keeps_the_runs_it_finished(tmp_path, monke
     assert [r["run"] for r in report["results"]] == ["grpo"] and report["results"][0]["peak_cuda_reserved_gb"] == 1.5
     assert "grpo: 0.50 s/step" in capsys.readouterr().out and "1.2 GB allocated / 1.5 GB reserved on the GPU" in \
         benchmark.format_progress(dict(finished))
+
+
+def no_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_the_gpu_checks_dry_run_prints_a_gpus_plan_that_fits_9_minutes_on_one_h100(tmp_path, monkeypatch, capsys):
+    no_cuda(monkeypatch)
+    gpu_check.main(["--dry_run", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    estimated = int(re.search(r"budget 540 s; estimated (\d+) s", out).group(1))
+    budgets = {name: budget for name, (_, budget) in gpu_check.PARTS.items()}
+    # Every part within its budget fills at most the 9 minutes: the quickstarts and the memory runs share a window.
+    assert estimated <= gpu_check.SETUP_S + max(budgets["quickstarts"], budgets["memory"]) + budgets["grpo_vs_trl"] \
+        + budgets["ppo_chunks"] + gpu_check.RESERVE_S <= 540
+    blocks = {block.split(":")[0].split(" ")[1]: block for block in out.split("\n\n")[1:5]}
+    assert list(blocks) == ["quickstarts", "memory", "grpo_vs_trl", "ppo_chunks"]  # the order they run in
+    for name, block in blocks.items():
+        assert int(re.search(r"estimated (\d+) s", block).group(1)) <= budgets[name], name
+    commands = {name: [line.strip().split(": ", 1) for line in block.splitlines()[1:]]
+                for name, block in blocks.items()}
+    assert [run for run, _ in commands["quickstarts"]] == ["rm seed 42", "math seed 42", "rm seed 1", "math seed 1"]
+    assert all("quickstart.py --task " in command for _, command in commands["quickstarts"])
+    runs = [run.split(" ")[0] for run, _ in commands["grpo_vs_trl"]]
+    assert runs == ["grpo_trl_settings", "trl_grpo", "trl_grpo", "grpo_trl_settings"]  # A B B A
+    for _, command in commands["grpo_vs_trl"]:
+        assert "--bf16 true" in command and "--max_completion_length 64" in command and "--max_steps 4" in command
+    # PPO: 2 rollouts of a GPU's 64 prompts (one untimed), generated 16 at a time or all at once
+    chunks = [re.search(r"--local_rollout_forward_batch_size (\d+)", command).group(1)
+              for _, command in commands["ppo_chunks"]]
+    assert chunks == ["16", "64"]
+    assert all("--total_episodes 128" in command for _, command in commands["ppo_chunks"])
+    # memory: the package's defaults (no chunk, batch or precision flag), one generation and two optimizer steps
+    memory = dict(commands["memory"])
+    assert [run.split(" ")[0] for run in memory] == ["grpo", "ppo", "grpo_lora", "ppo_lora"]
+    for run, command in memory.items():
+        assert "--max_completion_length 256" in command and "--bf16" not in command
+        assert ("--total_episodes 64" if run.startswith("ppo") else "--max_steps 2") in command
+    assert "the check would stop here, missing: a CUDA GPU" in out
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+def test_the_gpu_check_names_what_is_missing_in_one_line_before_spending_time(tmp_path, monkeypatch, capsys):
+    no_cuda(monkeypatch)
+    monkeypatch.setattr(gpu_check, "NEEDED", (*gpu_check.NEEDED, "no_such_package"))
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("error: the GPU check cannot run here; missing: no_such_package (No module named")
+    assert "; a CUDA GPU (torch " in err and not (tmp_path / "out").exists()
+    for argv, message in ((["--allow_cpu", "--out", "x"], "--allow_cpu checks the wiring on tiny models: add --model "
+                           "tiny"), (["--part_budget", "memory:60", "--dry_run"], "--part_budget memory:60: write "
+                                     "PART=SECONDS"), ([], "give --out DIR")):
+        with pytest.raises(SystemExit) as stop:
+            gpu_check.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and err.startswith(f"error: {message}") and len(err.splitlines()) == 1
+
+
+def test_the_gpu_checks_ratios_use_the_runs_that_finished_pair_by_pair():
+    def run(name, repeat, seconds, **extra):  # 4 measured steps of 100 tokens each
+        return {"run": name, "repeat": repeat, "returncode": 0, "seconds_per_step": seconds, "measured": 4,
+                "completion_tokens": 400, "completion_tokens_per_s": 400 / (4 * seconds), "epoch_hours": 1.0,
+                "wall_s": 30.0, "peak_rss_gb": 1.0, "peak_cuda_allocated_gb": None, "peak_cuda_reserved_gb": None,
+                "about": "", "prompts_per_step": 4, "steps_per_generation": 1, **extra}
+
+    results = [run("grpo_trl_settings", 0, 2.0), run("trl_grpo", 0, 1.0), run("trl_grpo", 1, 4.0),
+               run("grpo_trl_settings", 1, 3.0, returncode=130, stopped=True),  # cut short: in no ratio
+               {"run": "grpo_trl_settings", "repeat": 2, "not_started": "no time left in the part"}]
+    ratio = gpu_check.ratio(results, "grpo_trl_settings", "trl_grpo")
+    # medians 2.0 and 2.5 s a step over the same tokens; the one pair that finished: 2.0 / 1.0
+    assert ratio == {"runs": "grpo_trl_settings / trl_grpo", "seconds_per_token": 0.8, "per_pair": [2.0]}
+    assert gpu_check.ratio(results[1:], "grpo_trl_settings", "trl_grpo") is None  # no finished run of one side
+    chunks = [run("ppo_chunk16[num_ppo_epochs=1]", 0, 3.0), run("ppo_chunk64[num_ppo_epochs=1]", 0, 1.5)]
+    assert gpu_check.ratio(chunks, "ppo_chunk64", "ppo_chunk16")["per_pair"] == [0.5]  # matched by name, variant aside
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a process group is stopped as a whole on POSIX")
+def test_a_run_past_its_deadline_is_stopped_with_everything_it_started(tmp_path, monkeypatch):
+    monkeypatch.setattr("bench.measure.STOP_GRACE_S", 1)
+    # It ignores Ctrl-C and starts a process of its own: both are killed a grace period after the stop.
+    script = ("import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              "print(child.pid, flush=True); time.sleep(60)")
+    began = time.monotonic()
+    code, stopped = run_until([sys.executable, "-c", script], tmp_path / "log.txt", dict(os.environ),
+                              deadline=time.monotonic() + 3)
+    assert stopped and code == -9 and time.monotonic() - began < 20
+    child = int((tmp_path / "log.txt").read_text().split()[0])
+    for _ in range(50):  # the orphan is reaped by init once killed
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"process {child}, started by the stopped run, is still running")
+    # A run that ends in time is not stopped: its own exit code.
+    code, stopped = run_until([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log.txt", dict(os.environ),
+                              deadline=time.monotonic() + 60)
+    assert (code, stopped) == (3, False)
+
+
+@pytest.mark.slow
+def test_the_gpu_check_on_tiny_models_writes_each_parts_figures_and_keeps_what_a_cut_part_measured(tmp_path):
+    out = tmp_path / "out"
+    # --steps 100: the timed runs would take minutes; their parts' budgets stop the first run of each part mid-way.
+    result = run_script("bench/gpu_check.py", "--allow_cpu", "--model", "tiny", "--seeds", "42", "--steps", "100",
+                        "--max_completion_length", "8", "--part_budget", "grpo_vs_trl=70", "ppo_chunks=70", "--out",
+                        out, "--work_dir", tmp_path / "work", timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    markdown = (out / "gpu_check.md").read_text()
+    assert list(report["parts"]) == ["quickstarts", "grpo_vs_trl", "ppo_chunks", "memory"]  # in order of value
+    assert {"torch", "transformers", "trl", "peft", "accelerate", "datasets"} <= set(report["versions"])
+    assert report["device"] in markdown and report["commit"] in markdown
+    quickstarts = report["parts"]["quickstarts"]
+    assert quickstarts["status"] == "done"
+    runs = [(r["task"], r["seed"], r["returncode"]) for r in quickstarts["results"]]
+    assert runs == [("rm", 42, 0), ("math", 42, 0)]
+    for r in quickstarts["results"]:
+        assert [c["model"] for c in r["comparison"]] == ["grpo", "ppo"] and r["timings_s"]["total"] > 0
+        assert all(stage["finished"] and stage["peak_memory"]["gb"] > 0 for stage in r["stages"].values())
+    assert re.search(r"^\| rm \| 42 \| reward model accuracy [\d.]+; grpo vs base: win rate", markdown, re.MULTILINE)
+    assert re.search(r"^\| math \| 42 \| grpo accuracy [\d.]+% \(base", markdown, re.MULTILINE)
+    memory = report["parts"]["memory"]
+    assert memory["status"] == "done" and [r["run"] for r in memory["results"]] == list(gpu_check.MEMORY_RUNS)
+    for r in memory["results"]:
+        assert r["returncode"] == 0 and r["peak_rss_gb"] > 0.1 and "seconds_per_step" not in r
+        assert re.search(rf"^\| {r['run']} \| 0 \| - \| - \| - \| {r['peak_rss_gb']} \|", markdown, re.MULTILINE)
+    for name, first, rest in (("grpo_vs_trl", "grpo_trl_settings", 3), ("ppo_chunks", "ppo_chunk16", 1)):
+        part = report["parts"][name]
+        assert part["status"] == f"cut short at its budget: 0 of {rest + 1} runs finished"
+        assert part["wall_s"] <= 70 + gpu_check.STOP_GRACE_S + 5 and part["ratio"] is None
+        stopped, *not_started = part["results"]
+        # What the stopped run measured is kept: its time over the whole cycles it logged, and its peak memory.
+        assert stopped["run"].startswith(first) and stopped["stopped"] and stopped["measured"] > 0
+        assert stopped["seconds_per_step"] > 0 and stopped["peak_rss_gb"] > 0.1
+        assert len(stopped["step_seconds"]) == stopped["measured"]
+        assert len(not_started) == rest and all(r["not_started"] for r in not_started)
+        assert f"stopped at its part's end: {stopped['measured']} steps measured" in markdown
