@@ -73,7 +73,7 @@ from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlhf.batches import rollout_chunk
-from rlhf.kl_control import adaptive_kl_coef
+from rlhf.kl_control import adaptive_kl_coef, kl_horizon_note
 from rlhf.ppo_maths import (
     batch_generation,
     clipped_policy_loss,
@@ -364,6 +364,11 @@ class PPOTrainer(Trainer):
             steps = getattr(args, name)
             if steps is not None:
                 setattr(self.state, name, math.ceil(self.state.max_steps * steps) if steps < 1 else steps)
+        if args.target_kl and self.accelerator.is_main_process:  # a controller too slow for the run is said
+            line = kl_horizon_note("--kl_coef", args.target_kl, args.num_total_batches - 1, args.batch_size,
+                                   args.kl_horizon, "episodes", "rollouts")
+            if line:
+                print(line, flush=True)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         if self.is_deepspeed_enabled:  # what transformers' saving reads
             trainer_internals.set_deepspeed_engine(self, self.model)
