@@ -15,7 +15,7 @@ from typing import Literal
 from transformers import TrainingArguments
 from trl import ModelConfig, ScriptArguments
 
-from rlhf.batches import grpo_batch, grpo_step_prompts, ppo_rollout, ppo_update_prompts
+from rlhf.batches import grpo_batch, grpo_step_prompts, ppo_episodes, ppo_rollout, ppo_update_prompts
 from rlhf.cli import change, note
 from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf.processes import launched_processes
@@ -672,7 +672,14 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
         metadata={"help": "Mini-batches (optimizer steps) per rollout. Default: derived from --prompts_per_rollout."},
     )
     total_episodes: int | None = field(
-        default=None, metadata={"help": "Prompts trained on in all (default: --num_train_epochs passes over them)."}
+        default=None, metadata={"help": "Prompts trained on in all, rounded up to whole rollouts (default: "
+                                "--max_steps rollouts, else --num_train_epochs passes over the prompts)."}
+    )
+    max_steps: int = field(
+        default=-1,
+        metadata={"help": "Rollouts to train (PPO's steps, as its logs, --save_steps and checkpoints count them: each "
+                  "takes num_mini_batches x num_ppo_epochs optimizer steps); sets --total_episodes. -1: "
+                  "--total_episodes, else --num_train_epochs."},
     )
     local_rollout_forward_batch_size: int | None = field(
         default=None,
@@ -764,7 +771,8 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
     )
     num_train_epochs: float = field(
         default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
-                               "help": "Passes over the prompts (unless total_episodes; --num_epochs works too)."}
+                               "help": "Passes over the prompts (unless --max_steps or --total_episodes; --num_epochs "
+                               "works too)."}
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})
@@ -817,7 +825,11 @@ class PPOTrainingConfig(RewardArguments, HeldOutArguments, RunDefaults, Training
                                     launched_processes())
         self.prompts_per_rollout, mini_batches = ppo_rollout(self.prompts_per_rollout, self.num_mini_batches, update)
         change(self, "num_mini_batches", mini_batches, "derived from --prompts_per_rollout")
-        super().__post_init__()
+        super().__post_init__()  # --max_steps checked
+        episodes = ppo_episodes(self.total_episodes, self.max_steps, self.prompts_per_rollout)
+        rollouts = episodes // self.prompts_per_rollout if episodes else 0
+        change(self, "total_episodes", episodes, f"whole rollouts: {rollouts} rollout{'s' * (rollouts != 1)} of "
+               f"--prompts_per_rollout {self.prompts_per_rollout}")
 
 
 @dataclass

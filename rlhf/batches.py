@@ -90,6 +90,23 @@ def ppo_rollout(prompts_per_rollout, num_mini_batches, update_prompts):
     return prompts_per_rollout, prompts_per_rollout // update_prompts
 
 
+def ppo_episodes(total_episodes, max_steps, prompts_per_rollout):
+    """PPO's length in episodes (prompts trained on), a whole number of rollouts: `max_steps` rollouts where it is
+    > 0 (PPO's steps are rollouts, as its logs and checkpoints count them), else `total_episodes` rounded up to whole
+    rollouts; None where neither is given (`--num_train_epochs` decides, once the prompts are counted)."""
+    if max_steps > 0:
+        episodes = max_steps * prompts_per_rollout
+        if total_episodes not in (None, episodes):
+            raise ValueError(
+                f"--max_steps {max_steps} ({max_steps} rollouts of {prompts_per_rollout} prompts = {episodes} "
+                f"episodes) and --total_episodes {total_episodes} both set how long PPO trains; give one."
+            )
+        return episodes
+    if total_episodes is None:
+        return None
+    return math.ceil(total_episodes / prompts_per_rollout) * prompts_per_rollout
+
+
 def rollout_chunk(prompts, budget_bytes, vocabulary, prompt_tokens, completion_tokens, logit_bytes=4):
     """Prompts per generate call and no-grad forward pass of a PPO rollout of `prompts` (per process): all of them in
     one call where `budget_bytes` holds it, else the largest divisor of `prompts` that fits (at least 1). Without a

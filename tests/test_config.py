@@ -229,6 +229,22 @@ def test_ppo_config_defaults_and_checks():
         parse_args(ppo_types, ["--kl_coef", "0", "--target_kl", "6"])
 
 
+def test_ppo_max_steps_counts_rollouts_and_total_episodes_is_whole_rollouts_said_where_rounded(capsys):
+    from config import PPOModelArguments, PPOTrainingConfig
+
+    ppo_types = (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)
+    ppo = parse_args(ppo_types, ["--max_steps", "3", "--prompts_per_rollout", "8"])[-1]
+    assert (ppo.max_steps, ppo.total_episodes) == (3, 24)
+    assert parse_args(ppo_types, ["--total_episodes", "16", "--prompts_per_rollout", "8"])[-1].total_episodes == 16
+    assert "note:" not in capsys.readouterr().out  # a whole number of rollouts: nothing to say
+    assert parse_args(ppo_types, ["--total_episodes", "2", "--prompts_per_rollout", "8"])[-1].total_episodes == 8
+    assert capsys.readouterr().out == ("note: --total_episodes 2 -> 8 (whole rollouts: 1 rollout of "
+                                       "--prompts_per_rollout 8)\n")
+    with pytest.raises(UserError, match="--max_steps 3 .* and --total_episodes 16 both set how long PPO trains"):
+        parse_args(ppo_types, ["--max_steps", "3", "--total_episodes", "16", "--prompts_per_rollout", "8"])
+    assert parse_args(ppo_types, [])[-1].total_episodes is None  # --num_train_epochs decides
+
+
 def test_frozen_reward_model_dtype_is_bfloat16_on_a_gpu_unless_set():
     assert reward_model_dtype("auto", "float32", on_gpu=True) == "bfloat16"
     assert reward_model_dtype("auto", "float32", on_gpu=False) == "float32"  # CPU: the policy's dtype

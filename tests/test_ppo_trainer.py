@@ -187,6 +187,13 @@ def test_a_run_started_at_its_last_batch_trains_nothing_and_keeps_its_counters(h
     assert (hooks.state.global_step, hooks.state.episode, hooks.state.max_steps) == (2, 4, 2)
 
 
+def test_max_steps_trains_that_many_rollouts(tiny_models, tmp_path):
+    trainer = tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=None, max_steps=3)
+    trainer.train()
+    assert len(trainer.completions) == 3  # not num_train_epochs' 3 passes over 4 prompts: 6 rollouts
+    assert (trainer.state.global_step, trainer.state.episode, trainer.state.max_steps) == (3, 6, 3)
+
+
 # ---- Checkpoints (save_extra_checkpoint_files, saving under DDP, restoring) ----
 
 
