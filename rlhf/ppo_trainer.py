@@ -28,7 +28,8 @@ Changed from TRL's (each marked "ours:" where it happens):
 - rollouts sampled at `top_p`, their log-probabilities those of the whole distribution at the temperature;
 - reward functions in the reward model's place (an object with `score_completions`, see `rlhf.ppo.PPORewards`);
 - a rollout whose scores are all equal trained on with advantages of 0 (`skip_rollouts_without_signal`);
-- adaptive KL (`target_kl`), completion lengths and each reward function in the logs;
+- adaptive KL (`target_kl`), completion lengths and each reward function in the logs; a log every `logging_steps`
+  rollouts, the mean over them (TRL logged every rollout);
 - checkpoints that hold the value model, the KL coefficient and the data order, and `resume()` from one;
 - the advantages (and rewards) whitened with the whole rollout's statistics, every process's, and the advantages only
   with `whiten_advantages` (on by default; `rlhf.ppo` may start the value head at 0); a rollout without signal spends
@@ -317,7 +318,8 @@ class PPOTrainer(Trainer):
         self.without_signal = False  # whether every completion of the last rollout scored the same
         self.advantages_zeroed = False  # whether the last rollout's advantages were set to 0 for it
         self._said_zeroed = False  # the console line on a rollout without signal comes once
-        self._lengths, self._clipped = [], []  # of the completions generated since the last log
+        self._lengths, self._clipped = [], []  # of the completions generated since the last rollout
+        self._unlogged = []  # the metrics of each rollout since the last log
         self._first_batch = 0  # batches already trained, when resuming (start_at_batch)
         if hasattr(self.reward_model, "trainer_state"):
             self.reward_model.trainer_state = lambda: self.state
@@ -579,7 +581,14 @@ class PPOTrainer(Trainer):
         metrics.update(self._our_metrics(metrics))  # ours: every process takes part (gathers)
         self.state.epoch = self.state.episode / self.train_dataset_len  # used by self.log
         self.state.global_step += 1
-        self.log(metrics)
+        # Ours: logged every --logging_steps rollouts, the mean of each value over them (as GRPO logs; TRL's PPO
+        # logged every rollout whatever the flag said)
+        self._unlogged.append(metrics)
+        step = self.state.global_step
+        if (step % self.state.logging_steps == 0 or step >= self.state.max_steps
+                or (step == 1 and args.logging_first_step)):
+            self.log(mean_logs(self._unlogged))
+            self._unlogged = []
         if args.target_kl:
             self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl, args.batch_size,
                                             args.kl_horizon)
@@ -832,6 +841,16 @@ class RecordedPasses:
 
     def __len__(self):
         return len(self.dataloader)
+
+
+def mean_logs(logs):
+    """One log of several rollouts' `logs`: the mean of each value, and the last of the counters and the learning
+    rate (the value at the step logged)."""
+    means = {}
+    for key, last in logs[-1].items():
+        values = [log[key] for log in logs if key in log]
+        means[key] = last if key in ("eps", "lr", "episode") else sum(values) / len(values)
+    return means
 
 
 def _variance(values):
