@@ -367,6 +367,10 @@ class HeldOutArguments:
     def __post_init__(self):
         at_least(self, 0, "eval_prompts")
         at_least(self, 1, "eval_completions")
+        if not self.eval_prompts:  # the held-out evaluation is off: its other flags do nothing (said where given)
+            for name in ("eval_steps", "eval_completions", "eval_dataset_name"):
+                note(self, name, f"note: --{name} does nothing without --eval_prompts N: the held-out evaluation is "
+                     "off (--eval_prompts 0)")
         if self.eval_prompts:
             self._check_eval_steps()
             if self.save_total_limit == 1:  # transformers keeps the best besides the newest, and at the end of
@@ -855,6 +859,8 @@ class RewardTrainingConfig(RunDefaults, RewardConfig):
 
     def __post_init__(self):
         at_least(self, 1, "max_length")
+        note(self, "eval_steps", "note: --eval_steps does nothing in train_reward_model.py: the held-out pairs "
+             "(--eval_samples) are scored once, after training")
         super().__post_init__()
 
 
