@@ -618,7 +618,14 @@ class PPOTrainingConfig(TrainingArguments):
         metadata={"help": "Mini-batches (optimizer steps) per rollout. Default: derived from --prompts_per_rollout."},
     )
     total_episodes: int | None = field(
-        default=None, metadata={"help": "Prompts trained on in all (default: --num_train_epochs passes over them)."}
+        default=None, metadata={"help": "Prompts trained on in all, rounded up to whole rollouts (default: "
+                                "--max_steps rollouts, else --num_train_epochs passes over the prompts)."}
+    )
+    max_steps: int = field(
+        default=-1,
+        metadata={"help": "Rollouts to train (PPO's steps, as its logs, --save_steps and checkpoints count them: each "
+                  "takes num_mini_batches x num_ppo_epochs optimizer steps); sets --total_episodes. -1: "
+                  "--total_episodes, else --num_train_epochs."},
     )
     local_rollout_forward_batch_size: int | None = field(
         default=None,
@@ -711,7 +718,8 @@ class PPOTrainingConfig(TrainingArguments):
     )
     num_train_epochs: float = field(
         default=3.0, metadata={"aliases": ["--num_epochs", "--num-epochs"],
-                               "help": "Passes over the prompts (unless total_episodes; --num_epochs works too)."}
+                               "help": "Passes over the prompts (unless --max_steps or --total_episodes; --num_epochs "
+                               "works too)."}
     )
     logging_steps: float = field(default=1, metadata={"help": "Log every N PPO batches."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N PPO batches."})

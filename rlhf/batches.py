@@ -130,8 +130,12 @@ def ppo_flags(flags, processes):
               "prompts_per_rollout")
     update = ppo_update_prompts(flags.per_device_train_batch_size, flags.gradient_accumulation_steps, processes)
     rollout, mini_batches = ppo_rollout(flags.prompts_per_rollout, flags.num_mini_batches, update)
+    episodes = ppo_episodes(flags.total_episodes, flags.max_steps, rollout)
+    rollouts = episodes // rollout if episodes else 0
     return [("prompts_per_rollout", rollout, None),
-            ("num_mini_batches", mini_batches, "derived from --prompts_per_rollout")], []
+            ("num_mini_batches", mini_batches, "derived from --prompts_per_rollout"),
+            ("total_episodes", episodes, f"whole rollouts: {rollouts} rollout{'s' * (rollouts != 1)} of "
+             f"--prompts_per_rollout {rollout}")], []
 
 
 def _at_least(flags, minimum, *names):
@@ -161,6 +165,23 @@ def ppo_rollout(prompts_per_rollout, num_mini_batches, update_prompts):
         raise ValueError(f"--num_mini_batches {num_mini_batches} conflicts with --prompts_per_rollout "
                          f"{prompts_per_rollout}, which sets it to {prompts_per_rollout // update_prompts}.")
     return prompts_per_rollout, prompts_per_rollout // update_prompts
+
+
+def ppo_episodes(total_episodes, max_steps, prompts_per_rollout):
+    """PPO's length in episodes (prompts trained on), a whole number of rollouts: `max_steps` rollouts where it is
+    > 0 (PPO's steps are rollouts, as its logs and checkpoints count them), else `total_episodes` rounded up to whole
+    rollouts; None where neither is given (`--num_train_epochs` decides, once the prompts are counted)."""
+    if max_steps > 0:
+        episodes = max_steps * prompts_per_rollout
+        if total_episodes not in (None, episodes):
+            raise ValueError(
+                f"--max_steps {max_steps} ({max_steps} rollouts of {prompts_per_rollout} prompts = {episodes} "
+                f"episodes) and --total_episodes {total_episodes} both set how long PPO trains; give one."
+            )
+        return episodes
+    if total_episodes is None:
+        return None
+    return math.ceil(total_episodes / prompts_per_rollout) * prompts_per_rollout
 
 
 def rollout_chunk(prompts, budget_bytes, vocabulary, prompt_tokens, completion_tokens, logit_bytes=4):

@@ -32,9 +32,9 @@ HELP_GROUPS = {
     "Reward": ("reward_model_name_or_path", "reward_model_dtype", "reward_funcs", "reward_weights",
                "boxed_correct_reward", "boxed_wrong_reward", "boxed_missing_reward", "value_model_path",
                "missing_eos_penalty"),
-    "Batch and generation": ("prompts_per_step", "prompts_per_generation", "num_generations", "num_completions",
-                             "per_device_train_batch_size", "gradient_accumulation_steps", "batch_size",
-                             "max_completion_length", "max_new_tokens", "temperature", "top_p"),
+    "Batch and generation": ("prompts_per_step", "prompts_per_generation", "prompts_per_rollout", "num_generations",
+                             "num_completions", "per_device_train_batch_size", "gradient_accumulation_steps",
+                             "batch_size", "max_completion_length", "max_new_tokens", "temperature", "top_p"),
     "Optimization": ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps",
                      "total_episodes", "beta", "epsilon", "num_ppo_epochs", "kl_coef", "target_kl", "kl_horizon",
                      "gamma", "lam", "cliprange", "bf16", "tf32", "gradient_checkpointing", "seed"),
@@ -162,6 +162,12 @@ def _settle(values):
         notes.append(("reward_model_name_or_path", f"note: --reward_model_name_or_path "
                       f"{values.reward_model_name_or_path} is not used: --reward_funcs has no reward_model (add it to "
                       "score with the model too)", False))
+    if hasattr(values, "eval_prompts") and not values.eval_prompts:  # the held-out evaluation is off
+        notes += [(name, f"note: --{name} does nothing without --eval_prompts N: the held-out evaluation is off "
+                   "(--eval_prompts 0)", False) for name in ("eval_steps", "eval_completions", "eval_dataset_name")]
+    elif hasattr(values, "eval_samples") and hasattr(values, "eval_steps"):  # the reward model
+        notes.append(("eval_steps", "note: --eval_steps does nothing in train_reward_model.py: the held-out pairs "
+                      "(--eval_samples) are scored once, after training", False))
     changes, lines = [], []
     if hasattr(values, "prompts_per_step"):  # GRPO
         changes, lines = grpo_flags(values, launched_processes())

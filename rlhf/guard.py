@@ -22,7 +22,7 @@ from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, USER_ERROR_
 from rlhf.manifest import checkpoint_recorder
 from rlhf.processes import is_main_process
 from rlhf.signals import handle_stop_signals, restore
-from rlhf.trl_compat import ScheduleFromResumedStep, close_progress_bar
+from rlhf.trl_compat import NoStepPastTheEnd, ReachedTheEnd, ScheduleFromResumedStep, close_progress_bar
 
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).
 WATCHED = ("loss", "grad_norm", "loss/policy_avg", "loss/value_avg")
@@ -99,11 +99,16 @@ def guarded_train(trainer, output_dir, resume_from=None):
     trainer.add_callback(guard)
     if resume_from:
         trainer.add_callback(ScheduleFromResumedStep())
+        trainer.callback_handler.callbacks.insert(0, NoStepPastTheEnd())  # before any other begins
     if resume_from and is_main_process():
         print(f"Resuming from {resume_from} (step {resume_from.name.split('-')[-1]}).", flush=True)
     handlers = handle_stop_signals(guard.request_stop)
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    except ReachedTheEnd:
+        if is_main_process():
+            print(f"note: {resume_from} is step {trainer.state.global_step}, where the run's training length ends: "
+                  "nothing is left to train, so the run finishes there.", flush=True)
     except TrainingInterrupted as stop:
         close_progress_bar(trainer)
         # The main process writes trainer_state.json, which marks the checkpoint complete: only it can name the

@@ -61,7 +61,7 @@ from trl.trainer.utils import disable_dropout_in_model
 from rlhf.batches import rollout_chunk
 from rlhf.checkpoints import last_checkpoint, load_pretrained_weights, load_rng_state, save_rng_state
 from rlhf.errors import UserError
-from rlhf.kl_control import adaptive_kl_coef
+from rlhf.kl_control import adaptive_kl_coef, kl_horizon_note
 from rlhf.models import stop_token_ids
 from rlhf.ppo_maths import (
     batch_generation,
@@ -308,7 +308,8 @@ class PPOTrainer:
         self.without_signal = False  # whether every completion of the last rollout scored the same
         self.advantages_zeroed = False  # whether the last rollout's advantages were set to 0 for it
         self._said_zeroed = False  # the console line on a rollout without signal comes once
-        self._lengths, self._clipped = [], []  # of the completions generated since the last log
+        self._lengths, self._clipped = [], []  # of the completions generated since the last rollout
+        self._unlogged = []  # the metrics of each rollout since the last log
         self._first_batch = 0  # batches already trained, when resuming (start_at_batch)
         if hasattr(self.reward_model, "trainer_state"):
             self.reward_model.trainer_state = lambda: self.state
@@ -367,6 +368,11 @@ class PPOTrainer:
             steps = getattr(args, name)
             if steps is not None:
                 setattr(self.state, name, math.ceil(self.state.max_steps * steps) if steps < 1 else steps)
+        if args.target_kl and self.accelerator.is_main_process:  # a controller too slow for the run is said
+            line = kl_horizon_note("--kl_coef", args.target_kl, args.num_total_batches - 1, args.batch_size,
+                                   args.kl_horizon, "episodes", "rollouts")
+            if line:
+                print(line, flush=True)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
 
         def passes():  # one dataloader batch per rollout, pass after pass over the prompts
@@ -574,7 +580,13 @@ class PPOTrainer:
         metrics.update(self._run_metrics(metrics))  # every process takes part (gathers)
         self.state.epoch = self.state.episode / self.train_dataset_len  # used by self.log
         self.state.global_step += 1
-        self.log(metrics)
+        # logged every --logging_steps rollouts, the mean of each value over them (as GRPO logs)
+        self._unlogged.append(metrics)
+        step = self.state.global_step
+        if (step % self.state.logging_steps == 0 or step >= self.state.max_steps
+                or (step == 1 and args.logging_first_step)):
+            self.log(mean_logs(self._unlogged))
+            self._unlogged = []
         if args.target_kl:
             self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl, args.batch_size,
                                             args.kl_horizon)
@@ -876,6 +888,16 @@ class RecordedPasses:
 
     def __len__(self):
         return len(self.dataloader)
+
+
+def mean_logs(logs):
+    """One log of several rollouts' `logs`: the mean of each value, and the last of the counters and the learning
+    rate (the value at the step logged)."""
+    means = {}
+    for key, last in logs[-1].items():
+        values = [log[key] for log in logs if key in log]
+        means[key] = last if key in ("eps", "lr", "episode") else sum(values) / len(values)
+    return means
 
 
 def _variance(values):

@@ -112,6 +112,8 @@ def _decide(folder, configs, resume_from_checkpoint):
         )
     if manifest.get("finished_at"):
         _check_continues(folder, manifest, changes, checkpoint)  # a finished run may have nothing to do
+    elif any(flag in LENGTH_FLAGS for flag in changes):
+        _check_resumes(checkpoint, config)
     _check_optimizer_state(checkpoint)
     return Launch(checkpoint, changes)
 
@@ -239,6 +241,29 @@ def _check_continues(folder, manifest, changes, checkpoint):
             f"{finished} but keeps no checkpoint (saved with --save_strategy no, or deleted since), so it cannot "
             f"continue with its optimizer state; choose a new --output_dir (--model_name_or_path {folder} starts a "
             "new run from its final weights)"
+        )
+
+
+def _check_resumes(checkpoint, config):
+    """An interrupted run resumes only to a training length that reaches the checkpoint: one that ends before it
+    would train nothing and "finish" past its own end. Judged on the length in effect: --max_steps, else PPO's
+    --total_episodes, else --num_train_epochs."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    flags = {flag: value for section in config.values() for flag, value in section.items()}
+    max_steps, episodes = flags.get("max_steps"), flags.get("total_episodes")
+    if max_steps is not None and max_steps > 0:
+        flag, value, reached, where = "max_steps", max_steps, state.get("global_step", 0), "step"
+    elif episodes is not None:
+        flag, value, reached, where = "total_episodes", episodes, state.get("episode", 0), "episode"
+    elif flags.get("num_train_epochs") is not None:
+        flag, value, reached, where = "num_train_epochs", flags["num_train_epochs"], state.get("epoch") or 0, "epoch"
+    else:
+        return
+    if value < reached:
+        raise UserError(
+            f"{checkpoint} is a run interrupted at {where} {reached:g}, and --{flag} {value:g} ends before it, so "
+            f"resuming would train nothing; give --{flag} {reached:g} or more to resume the run, or choose a new "
+            "--output_dir"
         )
 
 

@@ -11,6 +11,7 @@ from rlhf.batches import (
     grpo_batch,
     grpo_flags,
     grpo_step_prompts,
+    ppo_episodes,
     ppo_flags,
     ppo_rollout,
     ppo_update_prompts,
@@ -64,6 +65,16 @@ def test_ppo_rollouts_are_whole_mini_batches_of_one_optimizer_steps_prompts():
         ppo_rollout(24, None, update)
     with pytest.raises(ValueError, match="--num_mini_batches 3 conflicts with --prompts_per_rollout 64"):
         ppo_rollout(64, 3, update)
+
+
+def test_ppo_trains_whole_rollouts_max_steps_of_them_where_given():
+    assert ppo_episodes(None, 3, 4) == 12  # --max_steps counts rollouts
+    assert ppo_episodes(12, 3, 4) == 12  # both given, and they agree
+    with pytest.raises(ValueError, match=r"--max_steps 3 \(3 rollouts of 4 prompts = 12 episodes\) and "
+                                         "--total_episodes 8 both set how long PPO trains; give one"):
+        ppo_episodes(8, 3, 4)
+    assert [ppo_episodes(episodes, -1, 4) for episodes in (1, 2, 4, 5, 8)] == [4, 4, 4, 8, 8]  # up to whole rollouts
+    assert ppo_episodes(None, -1, 4) is None  # --num_train_epochs decides, once the prompts are counted
 
 
 def test_a_gpu_generates_a_whole_rollout_at_once_where_its_memory_budget_holds_it():

@@ -185,6 +185,18 @@ def test_target_kl_moves_beta_toward_the_kl_asked_for_and_a_continued_run_keeps_
     assert logged_beta(out) == pytest.approx([0.04, 0.032, 0.0256, 0.02048])  # kl below the target: beta falls
 
 
+@pytest.mark.slow
+def test_a_kl_horizon_too_long_for_the_run_is_said_with_the_runs_own(tiny_models, tmp_path):
+    # 3 steps of 4 completions, logged at each: beta adapts twice for a later step, by at most 0.2 x 4 / 10000 each.
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out", "--max_steps", "3",
+                                                    "--target_kl", "0.1"))
+    assert_ok(result)
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: --target_kl")]
+    assert notes == ["note: --target_kl 0.1 can move --beta by at most 0.02% in this run (2 adaptations of 4 "
+                     "completions at --kl_horizon 10000); --kl_horizon 12, the run's own length in completions, lets "
+                     "it move by up to 14%"]
+
+
 def test_target_kl_without_a_kl_term_is_refused(tiny_models, tmp_path, run_cli):
     result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out", "--beta", "0", "--target_kl", "0.1"))
     assert error_line(result) == ("error: --target_kl adapts --beta, which is 0 here (no reference model, no KL to "

@@ -192,6 +192,7 @@ def test_a_run_prints_no_library_line_that_tells_nothing_new(tiny_models, tmp_pa
     assert [line for line in NOISE if line in output] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["eos", "end_of_turn"])
 def test_ppo_ends_cuts_rewards_and_penalises_completions_at_the_runs_stop_tokens(tiny_models, end_of_turn_models,
                                                                                  tmp_path, stop):
@@ -221,3 +222,37 @@ def test_ppo_ends_cuts_rewards_and_penalises_completions_at_the_runs_stop_tokens
         assert value == pytest.approx(4 * (1 - clipped[step]))
     baseline = json.loads((out / "heldout_baseline.json").read_text())["completions"]
     assert ended_is_what_the_verifier_pays(baseline) and any(c["ended_with_eos"] for cs in baseline for c in cs)
+
+
+@pytest.mark.slow
+def test_max_steps_trains_that_many_rollouts_and_a_kl_horizon_too_long_for_them_is_said(tiny_models, tmp_path):
+    out = tmp_path / "ppo"
+    # 2 rollouts of 4 prompts (num_train_epochs' 3 passes over 32 prompts would be 24); --target_kl at the default
+    # horizon of 10000 episodes can move kl_coef by 0.008% between them.
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--max_steps", "2", "--prompts_per_rollout", "4",
+                                                  "--target_kl", "6"))
+    assert_ok(result)
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert (manifest["global_step"], manifest["episode"]) == (2, 8)
+    assert manifest["config"]["PPOTrainingConfig"]["max_steps"] == 2
+    assert "- steps: 2 of 2;" in (out / "run_report.md").read_text()
+    assert sorted(path.name for path in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert [step for step, _ in scalars(out)["train/objective/kl"]] == [1, 2]
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: --target_kl")]
+    assert notes == ["note: --target_kl 6 can move --kl_coef by at most 0.01% in this run (1 adaptation of 4 episodes "
+                     "at --kl_horizon 10000); --kl_horizon 8, the run's own length in episodes, lets it move by up "
+                     "to 10%"]
+
+
+@pytest.mark.slow
+def test_total_episodes_below_one_rollout_trains_one_and_says_so(tiny_models, tmp_path):
+    out = tmp_path / "ppo"
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "2", "--prompts_per_rollout",
+                                                  "4", "--target_kl", "6", "--kl_horizon", "4"))
+    assert_ok(result)
+    assert "note: --total_episodes 2 -> 4 (whole rollouts: 1 rollout of --prompts_per_rollout 4)" in result.stdout
+    assert ("note: --target_kl 6 cannot move --kl_coef in this run: it adapts between rollouts, and the run has one"
+            in result.stdout)  # whatever the horizon
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert (manifest["global_step"], manifest["episode"]) == (1, 4)
+

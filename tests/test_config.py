@@ -241,6 +241,43 @@ def test_ppo_config_defaults_and_checks():
         parse_args(ppo_types, ["--kl_coef", "0", "--target_kl", "6"])
 
 
+def test_ppo_max_steps_counts_rollouts_and_total_episodes_is_whole_rollouts_said_where_rounded(capsys):
+    from config import PPOModelArguments, PPOTrainingConfig
+
+    ppo_types = (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)
+    ppo = parse_args(ppo_types, ["--max_steps", "3", "--prompts_per_rollout", "8"])[-1]
+    assert (ppo.max_steps, ppo.total_episodes) == (3, 24)
+    assert parse_args(ppo_types, ["--total_episodes", "16", "--prompts_per_rollout", "8"])[-1].total_episodes == 16
+    assert "note:" not in capsys.readouterr().out  # a whole number of rollouts: nothing to say
+    assert parse_args(ppo_types, ["--total_episodes", "2", "--prompts_per_rollout", "8"])[-1].total_episodes == 8
+    assert capsys.readouterr().out == ("note: --total_episodes 2 -> 8 (whole rollouts: 1 rollout of "
+                                       "--prompts_per_rollout 8)\n")
+    with pytest.raises(UserError, match="--max_steps 3 .* and --total_episodes 16 both set how long PPO trains"):
+        parse_args(ppo_types, ["--max_steps", "3", "--total_episodes", "16", "--prompts_per_rollout", "8"])
+    assert parse_args(ppo_types, [])[-1].total_episodes is None  # --num_train_epochs decides
+
+
+@pytest.mark.parametrize("flag, value", [("eval_steps", "10"), ("eval_completions", "4"),
+                                         ("eval_dataset_name", "data/math_test.jsonl")])
+def test_a_held_out_evaluation_flag_without_eval_prompts_is_said_to_do_nothing(capsys, flag, value):
+    from config import PPOModelArguments
+
+    for types in (GRPO_TYPES, (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)):
+        parse_args(types, [f"--{flag}", value])
+        assert capsys.readouterr().out == (f"note: --{flag} does nothing without --eval_prompts N: the held-out "
+                                           "evaluation is off (--eval_prompts 0)\n")
+        parse_args(types, [f"--{flag}", value, "--eval_prompts", "8", "--save_steps", "10"])
+        assert "note:" not in capsys.readouterr().out  # on: nothing to say
+
+
+def test_eval_steps_of_the_reward_model_is_said_to_do_nothing(capsys):
+    from config import PreferenceDataArguments, RewardTrainingConfig
+
+    parse_args((ModelArguments, PreferenceDataArguments, RewardTrainingConfig), ["--eval_steps", "10"])
+    assert capsys.readouterr().out == ("note: --eval_steps does nothing in train_reward_model.py: the held-out pairs "
+                                       "(--eval_samples) are scored once, after training\n")
+
+
 def test_frozen_reward_model_dtype_is_bfloat16_on_a_gpu_unless_set():
     assert reward_model_dtype("auto", "float32", on_gpu=True) == "bfloat16"
     assert reward_model_dtype("auto", "float32", on_gpu=False) == "float32"  # CPU: the policy's dtype

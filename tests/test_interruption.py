@@ -8,7 +8,17 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, assert_ok, grpo_args, ppo_args, run_script, script_command, start_script, wait_for
+from conftest import (
+    ROOT,
+    assert_ok,
+    error_line,
+    grpo_args,
+    ppo_args,
+    run_script,
+    script_command,
+    start_script,
+    wait_for,
+)
 from rlhf import tiny
 
 pytestmark = pytest.mark.slow
@@ -187,3 +197,42 @@ def test_a_ppo_or_reward_model_run_resumed_in_a_later_pass_trains_what_one_run_t
         script == "train_ppo.py")
     differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
     assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
+
+
+# A reward function that interrupts its own run (SIGINT, Ctrl-C) while it scores the third step.
+STOP_AT_3 = """
+import os, signal
+
+def stop_at_3(prompts, completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step + 1 == 3:
+        os.kill(os.getpid(), signal.SIGINT)
+    return [float(len(str(completion))) for completion in completions]
+"""
+
+
+@pytest.mark.parametrize("script, script_args", [("train_grpo.py", grpo_args), ("train_ppo.py", ppo_args)])
+def test_an_interrupted_run_rerun_with_max_steps_before_its_checkpoint_is_refused_and_left_as_it_was(
+        tiny_models, tmp_path, run_cli, script, script_args):
+    (tmp_path / "stop.py").write_text(STOP_AT_3)
+    out = tmp_path / "run"
+    args = script_args(tiny_models, out, "--reward_funcs", f"{tmp_path / 'stop.py'}:stop_at_3", "--save_steps", "10")
+
+    interrupted = run_script(script, *args, "--max_steps", "6")
+    assert interrupted.returncode == 130, interrupted.stderr[-2000:]
+    assert sorted(path.name for path in out.glob("checkpoint-*")) == ["checkpoint-3"]
+    before = {path: path.stat().st_mtime_ns for path in out.rglob("*")}
+
+    # Resumed, it would train nothing and "finish" at step 3 of 2.
+    refused = run_cli(script, *args, "--max_steps", "2")
+    assert error_line(refused) == (
+        f"error: {out / 'checkpoint-3'} is a run interrupted at step 3, and --max_steps 2 ends before it, so "
+        "resuming would train nothing; give --max_steps 3 or more to resume the run, or choose a new --output_dir")
+    assert {path: path.stat().st_mtime_ns for path in out.rglob("*")} == before  # nothing touched
+
+    stopped_there = run_script(script, *args, "--max_steps", "3")  # where it stopped: it finishes there
+    assert_ok(stopped_there)
+    assert (f"note: {out / 'checkpoint-3'} is step 3, where the run's training length ends: nothing is left to "
+            "train, so the run finishes there.") in stopped_there.stdout
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert manifest["finished_at"] and manifest["global_step"] == 3
+    assert "- steps: 3 of 3;" in (out / "run_report.md").read_text()

@@ -32,6 +32,35 @@ def test_adaptive_kl_stays_positive_and_moves_by_a_bounded_factor(kl, n_steps, h
     assert adaptive_kl_coef(0.05, 100, 6, 16, 1) == pytest.approx(0.06)
 
 
+@pytest.mark.parametrize("updates, per_update, horizon", [(59, 16, 10_000), (7, 4, 10), (3, 64, 32), (0, 16, 1)])
+def test_the_most_the_kl_coefficient_can_move_is_what_the_controller_moves_it_by_at_its_bound(updates, per_update,
+                                                                                             horizon):
+    from rlhf.kl_control import adaptive_kl_coef, most_kl_coef_change
+
+    up = down = 0.05
+    for _ in range(updates):  # a KL far above the target, and far below it, at every update
+        up = adaptive_kl_coef(up, kl=1e9, target=6.0, n_steps=per_update, horizon=horizon)
+        down = adaptive_kl_coef(down, kl=0.0, target=6.0, n_steps=per_update, horizon=horizon)
+    assert up / 0.05 - 1 == pytest.approx(most_kl_coef_change(updates, per_update, horizon))
+    assert 1 - down / 0.05 <= most_kl_coef_change(updates, per_update, horizon) + 1e-12  # it falls by no more
+
+
+def test_a_kl_horizon_too_long_for_the_run_is_said_with_the_runs_own():
+    from rlhf.kl_control import MEASURABLE, kl_horizon_note, most_kl_coef_change
+
+    # 60 rollouts of 16 prompts at the default horizon move kl_coef by under 2% (59 adaptations that a later rollout
+    # trains with), where a horizon of the run's own length (960 episodes) lets it move by 22%.
+    assert most_kl_coef_change(59, 16, 10_000) == pytest.approx(1.00032 ** 59 - 1)
+    assert kl_horizon_note("--kl_coef", 6, 59, 16, 10_000, "episodes", "rollouts") == (
+        "note: --target_kl 6 can move --kl_coef by at most 1.91% in this run (59 adaptations of 16 episodes at "
+        "--kl_horizon 10000); --kl_horizon 960, the run's own length in episodes, lets it move by up to 22%")
+    assert most_kl_coef_change(59, 16, 960) > MEASURABLE
+    assert kl_horizon_note("--kl_coef", 6, 59, 16, 960, "episodes", "rollouts") is None  # it can: nothing said
+    assert kl_horizon_note("--beta", 0.1, 0, 4, 10_000, "completions", "logs") == (
+        "note: --target_kl 0.1 cannot move --beta in this run: it adapts between logs, and the run has one; train "
+        "longer, or drop --target_kl")
+
+
 def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
     import torch
 

@@ -39,9 +39,10 @@ def tiny_hooks(tiny_models, tmp_path, **config):
 
 
 # TRL 1.12's PPOConfig defaults where this package's differ: the tests below were worked out on them (the golden run's
-# figures among them), and keep them. (TRL's gradient checkpointing was on and never applied: off.)
+# figures among them), and keep them. (TRL's gradient checkpointing was on and never applied: off. Its logging_steps
+# 10 was never applied either: it logged every rollout, as this package's default of 1 does.)
 TRL_PPO_DEFAULTS = {"learning_rate": 3e-6, "local_rollout_forward_batch_size": 64, "missing_eos_penalty": None,
-                    "skip_rollouts_without_signal": False, "logging_steps": 10, "save_steps": 500,
+                    "skip_rollouts_without_signal": False, "save_steps": 500,
                     "per_device_train_batch_size": 8, "gradient_checkpointing": False}
 
 
@@ -185,6 +186,30 @@ def test_a_run_started_at_its_last_batch_trains_nothing_and_keeps_its_counters(h
     hooks.train()
     assert hooks.completions == [], "train() ran batches past args.num_total_batches"
     assert (hooks.state.global_step, hooks.state.episode, hooks.state.max_steps) == (2, 4, 2)
+
+
+def test_max_steps_trains_that_many_rollouts(tiny_models, tmp_path):
+    trainer = tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=None, max_steps=3)
+    trainer.train()
+    assert len(trainer.completions) == 3  # not num_train_epochs' 3 passes over 4 prompts: 6 rollouts
+    assert (trainer.state.global_step, trainer.state.episode, trainer.state.max_steps) == (3, 6, 3)
+
+
+def test_logging_steps_logs_the_mean_of_the_rollouts_since_the_last_log(tiny_models, tmp_path):
+    runs = {}
+    for every in (1, 3):  # 4 rollouts of 2 prompts; the same seed draws the same rollouts
+        trainer = tiny_ppo(tiny_models, tmp_path / str(every), per_device_train_batch_size=2, total_episodes=8,
+                           logging_steps=every)
+        trainer.train()
+        runs[every] = [log for log in trainer.state.log_history if "objective/kl" in log]
+    each, every_3 = runs[1], runs[3]
+    assert [log["step"] for log in each] == [1, 2, 3, 4]
+    assert [log["step"] for log in every_3] == [3, 4]  # every 3 rollouts, and the last
+    for tag in ("objective/kl", "objective/scores", "loss/value_avg"):
+        assert every_3[0][tag] == pytest.approx(sum(log[tag] for log in each[:3]) / 3, rel=1e-5)
+        assert every_3[1][tag] == pytest.approx(each[3][tag], rel=1e-5)
+    assert [log["episode"] for log in every_3] == [6, 8]  # the counters at the step logged
+    assert every_3[0]["lr"] == each[2]["lr"]
 
 
 # ---- Checkpoints (save_extra_checkpoint_files, saving under DDP, restoring) ----

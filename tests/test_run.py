@@ -177,6 +177,36 @@ def test_a_finished_run_continues_when_its_length_is_raised(tmp_path):
         prepare_output_dir(tmp_path, [Settings(max_steps=20, learning_rate=1e-3)])
 
 
+@dataclass
+class Lengths:
+    """A stand-in for PPO's training lengths: --max_steps wins, then --total_episodes, then --num_train_epochs."""
+
+    max_steps: int = -1
+    total_episodes: int | None = None
+    num_train_epochs: float = 3.0
+
+
+@pytest.mark.parametrize("run, shorter, refused, enough", [
+    (Settings(max_steps=10), Settings(max_steps=5), "step 6, and --max_steps 5", Settings(max_steps=6)),
+    (Lengths(total_episodes=40), Lengths(total_episodes=8), "episode 12, and --total_episodes 8",
+     Lengths(total_episodes=12)),
+    (Lengths(), Lengths(num_train_epochs=0.5), "epoch 0.75, and --num_train_epochs 0.5", Lengths(num_train_epochs=1)),
+    (Lengths(total_episodes=40), Lengths(max_steps=5, total_episodes=10), "step 6, and --max_steps 5",
+     Lengths(max_steps=6, total_episodes=12)),
+], ids=["max_steps", "total_episodes", "num_train_epochs", "max_steps-over-episodes"])
+def test_an_interrupted_run_resumed_with_a_length_before_its_checkpoint_is_refused(tmp_path, run, shorter, refused,
+                                                                                    enough):
+    record_launch(tmp_path, "train_ppo.py", [run])
+    checkpoint = make_checkpoint(tmp_path, 6)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 6, "episode": 12, "epoch": 0.75}))
+    before = {path: path.stat().st_mtime_ns for path in tmp_path.rglob("*")}
+    with pytest.raises(UserError, match=f"{checkpoint} is a run interrupted at {refused} ends before it, so resuming "
+                                        "would train nothing; give"):
+        prepare_output_dir(tmp_path, [shorter])
+    assert {path: path.stat().st_mtime_ns for path in tmp_path.rglob("*")} == before  # nothing written
+    assert prepare_output_dir(tmp_path, [enough]).checkpoint == checkpoint  # up to where it stopped: it resumes
+
+
 def test_a_finished_run_without_a_checkpoint_cannot_continue(tmp_path):
     finished_run(tmp_path, Settings(), step=10, checkpoint=False)
     with pytest.raises(UserError, match="keeps no checkpoint"):

@@ -171,6 +171,51 @@ def test_a_resumed_scheduler_keeps_the_new_schedule_and_the_first_step_gets_its_
     assert optimizer.param_groups[0]["lr"] == scheduler.get_last_lr()[0] == uninterrupted.get_last_lr()[0] == 0.75
 
 
+# ---- NoStepPastTheEnd ----
+
+
+def tiny_trainer(output_dir, max_steps):
+    """transformers' `Trainer` on one weight pulled toward 1, a checkpoint after each step."""
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    class OneWeight(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            return {"loss": ((self.weight - x) ** 2).mean()}
+
+    args = TrainingArguments(output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=2,
+                             save_steps=1, learning_rate=0.1, lr_scheduler_type="constant", use_cpu=True, report_to=[],
+                             disable_tqdm=True)
+    return Trainer(model=OneWeight(), args=args, train_dataset=[{"x": torch.ones(1)}] * 16)
+
+
+def test_a_run_resumed_at_its_last_step_trains_no_step_past_it_where_transformers_alone_trains_one(tmp_path):
+    import torch
+
+    from rlhf.trl_compat import NoStepPastTheEnd, ReachedTheEnd
+
+    hook = "NoStepPastTheEnd"
+    whole = tiny_trainer(tmp_path / "whole", max_steps=3)
+    whole.train()
+    checkpoint = str(tmp_path / "whole" / "checkpoint-3")  # the run's last step, as an interruption there leaves it
+
+    resumed = tiny_trainer(tmp_path / "resumed", max_steps=3)
+    resumed.callback_handler.callbacks.insert(0, NoStepPastTheEnd())
+    with pytest.raises(ReachedTheEnd):
+        resumed.train(resume_from_checkpoint=checkpoint)
+    assert resumed.state.global_step == 3, f"the resumed run's state is not the checkpoint's: re-check {hook}"
+    assert torch.equal(resumed.model.weight, whole.model.weight), f"the checkpoint's weights did not load: {hook}"
+
+    alone = tiny_trainer(tmp_path / "alone", max_steps=3)
+    alone.train(resume_from_checkpoint=checkpoint)
+    assert alone.state.global_step == 4 and not torch.equal(alone.model.weight, whole.model.weight), (
+        f"transformers no longer trains a step past max_steps on resume: {hook} may be obsolete")
+
+
 # ---- ResumableGRPOTrainer ----
 
 

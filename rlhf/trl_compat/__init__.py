@@ -91,7 +91,8 @@ _WHERE = {
     "RewardTrainer": "trl",
 }
 
-__all__ = ["TRL_VERSIONS", "ScheduleFromResumedStep", "TrlParser", "check_trl_version", "close_progress_bar", *_WHERE]
+__all__ = ["TRL_VERSIONS", "NoStepPastTheEnd", "ReachedTheEnd", "ScheduleFromResumedStep", "TrlParser",
+           "check_trl_version", "close_progress_bar", *_WHERE]
 
 
 def __getattr__(name):
@@ -117,6 +118,25 @@ def close_progress_bar(trainer):
         if bar is not None:
             bar.close()
             callback.training_bar = None
+
+
+class ReachedTheEnd(Exception):
+    """A resumed run whose checkpoint is already at its last step: nothing is left to train."""
+
+
+class NoStepPastTheEnd(TrainerCallback):
+    """Ends `train()` before its first step where the checkpoint a run resumes from already reached `max_steps`.
+
+    transformers 5.23 (`Trainer._run_epoch`) trains a step before it first asks whether `global_step` has reached
+    `max_steps`: a GRPO or reward-model run resumed from a checkpoint at its last step (interrupted as it finished,
+    or re-run with --max_steps at the step reached) trained one step past its end, its report saying "steps: 4 of 3".
+    Raised at `on_train_begin` (put it first among the callbacks), once the checkpoint's weights, optimizer and state
+    are loaded; `rlhf.guard.guarded_train` ends training there. PPO's loop trains nothing there by itself.
+    """
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if 0 < state.max_steps <= state.global_step:
+            raise ReachedTheEnd()
 
 
 class ScheduleFromResumedStep(TrainerCallback):

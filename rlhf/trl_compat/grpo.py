@@ -147,6 +147,8 @@ class ResumableGRPOTrainer(ResumableGeneration, GRPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._beta_step = 0  # the step at which --target_kl last adapted beta
+        if getattr(self.args, "target_kl", None):  # ours, not in TRL's GRPOConfig
+            self.add_callback(_KLHorizonNote(self))
 
     def train(self, *args, **kwargs):
         with cpu_vocabulary_tile(self.accelerator.device):
@@ -177,6 +179,25 @@ class ResumableGRPOTrainer(ResumableGeneration, GRPOTrainer):
     def restore_generation(self, checkpoint):
         super().restore_generation(checkpoint)
         self._beta_step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+
+
+class _KLHorizonNote(TrainerCallback):
+    """Says it, once the run's length is known, where --target_kl cannot move beta measurably within the run: it
+    adapts at each log (`ResumableGRPOTrainer.log`), for the steps after."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from rlhf.kl_control import kl_horizon_note
+
+        per_step = (args.per_device_train_batch_size * args.gradient_accumulation_steps
+                    * self.trainer.accelerator.num_processes)  # completions per optimizer step
+        every = max(1, int(state.logging_steps or 1))
+        line = kl_horizon_note("--beta", args.target_kl, (state.max_steps - 1) // every, every * per_step,
+                               args.kl_horizon, "completions", "logs (every --logging_steps steps)")
+        if line and state.is_world_process_zero:
+            print(line, flush=True)
 
 
 class _SamplerPass(TrainerCallback):
