@@ -130,12 +130,14 @@ def ppo_flags(flags, processes):
               "prompts_per_rollout")
     update = ppo_update_prompts(flags.per_device_train_batch_size, flags.gradient_accumulation_steps, processes)
     rollout, mini_batches = ppo_rollout(flags.prompts_per_rollout, flags.num_mini_batches, update)
-    episodes = ppo_episodes(flags.total_episodes, flags.max_steps, rollout)
-    rollouts = episodes // rollout if episodes else 0
-    return [("prompts_per_rollout", rollout, None),
-            ("num_mini_batches", mini_batches, "derived from --prompts_per_rollout"),
-            ("total_episodes", episodes, f"whole rollouts: {rollouts} rollout{'s' * (rollouts != 1)} of "
-             f"--prompts_per_rollout {rollout}")], []
+    changes = [("prompts_per_rollout", rollout, None),
+               ("num_mini_batches", mini_batches, "derived from --prompts_per_rollout")]
+    episodes = ppo_episodes(flags.total_episodes, flags.max_steps, rollout)  # None: --num_train_epochs decides
+    if episodes is not None:
+        rollouts = episodes // rollout
+        changes.append(("total_episodes", episodes, f"whole rollouts: {rollouts} rollout{'s' * (rollouts != 1)} of "
+                        f"--prompts_per_rollout {rollout}"))
+    return changes, []
 
 
 def _at_least(flags, minimum, *names):

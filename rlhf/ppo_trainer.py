@@ -209,6 +209,8 @@ class PPOTrainer:
         args.batch_size = int(args.local_batch_size * args.world_size)
         if args.whiten_rewards and args.local_mini_batch_size < 8:
             raise ValueError(f"Per-rank minibatch size {args.local_mini_batch_size} is insufficient for whitening")
+        if args.max_steps > 0:  # PPO's steps are rollouts (the parser sets total_episodes so too; a config built in
+            args.total_episodes = args.max_steps * args.batch_size  # code may not have been through it)
         args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)  # may train beyond total_episodes
         self.local_seed = args.seed + accelerator.process_index * 100003  # Prime
         self.local_dataloader_batch_size = args.local_batch_size

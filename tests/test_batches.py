@@ -155,7 +155,8 @@ def test_grpo_flags_refuse_counts_below_their_minimum_before_any_arithmetic(give
 def test_ppo_flags_cut_a_rollout_into_mini_batches_of_one_optimizer_steps_prompts():
     def ppo(processes=1, **given):
         values = SimpleNamespace(**{"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
-                                    "prompts_per_rollout": None, "num_mini_batches": None, **given})
+                                    "prompts_per_rollout": None, "num_mini_batches": None, "total_episodes": None,
+                                    "max_steps": -1, **given})
         return ppo_flags(values, processes)
 
     assert ppo() == ([("prompts_per_rollout", 4, None), ("num_mini_batches", 1, "derived from --prompts_per_rollout")],
@@ -163,6 +164,9 @@ def test_ppo_flags_cut_a_rollout_into_mini_batches_of_one_optimizer_steps_prompt
     # 64 prompts, 4 a pass x 2 passes x 2 processes = 16 per optimizer step: 4 mini-batches
     assert ppo(processes=2, gradient_accumulation_steps=2, prompts_per_rollout=64)[0][1][1] == 4
     assert ppo(num_mini_batches=3)[0][0] == ("prompts_per_rollout", 12, None)  # TRL's flag: 3 mini-batches of 4
+    # PPO's steps are rollouts: --max_steps 3 is 3 rollouts of 4 prompts; --total_episodes 2 is raised to one rollout
+    assert ppo(max_steps=3)[0][2][:2] == ("total_episodes", 12)
+    assert ppo(total_episodes=2)[0][2] == ("total_episodes", 4, "whole rollouts: 1 rollout of --prompts_per_rollout 4")
     for name in ("num_mini_batches", "prompts_per_rollout", "per_device_train_batch_size"):
         with pytest.raises(ValueError, match=f"--{name} must be >= 1, got 0"):
             ppo(**{name: 0})
