@@ -71,9 +71,12 @@ class DeepSpeedGuessesCPU(logging.Filter):
     Under DeepSpeed (`accelerate launch` with a DeepSpeed config) the line stays."""
 
     def filter(self, record):
-        from rlhf.processes import launched_engine
+        import os
 
-        return launched_engine() == "DEEPSPEED" or not record.getMessage().startswith("Setting accelerator to CPU.")
+        # How accelerate's launcher asks for DeepSpeed, read as `rlhf.processes.launched_engine` reads it (that module
+        # imports this one)
+        deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        return deepspeed or not record.getMessage().startswith("Setting accelerator to CPU.")
 
 
 _silence_known_warnings()
