@@ -10,8 +10,8 @@ from rlhf.errors import UserError
 
 def engine_settings(configs):
     """accelerate's distributed type and process count, from the TrainingArguments (which set accelerate up, as the
-    Trainer is about to). FSDP shows once the Trainer's Accelerator exists: `rlhf.manifest.checkpoint_recorder`
-    records what ran."""
+    Trainer is about to). FSDP shows once the Trainer's Accelerator exists:
+    `rlhf.lifecycle.manifest.checkpoint_recorder` records what ran."""
     from transformers import TrainingArguments
 
     training = next((config for config in configs if isinstance(config, TrainingArguments)), None)
