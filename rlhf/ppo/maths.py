@@ -1,5 +1,5 @@
 # Copyright 2020-2026 The HuggingFace Team. All rights reserved.
-# Copyright 2026 The rlhf-trl-scripts authors (the changes listed below).
+# Changed in 2026 by the rlhf-trl-scripts authors from TRL 1.12.0 (the files the docstring names).
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
 # you may not use this file except in compliance with the License.
