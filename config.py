@@ -559,7 +559,7 @@ class PPOModelArguments(ModelArguments):
 
 @dataclass
 class PPOTrainingConfig(TrainingArguments):
-    """What `rlhf.ppo_trainer.PPOTrainer` reads: TRL 1.12's `PPOConfig` (huggingface/trl, Apache-2.0, copied with its
+    """What `rlhf.ppo.trainer.PPOTrainer` reads: TRL 1.12's `PPOConfig` (huggingface/trl, Apache-2.0, copied with its
     trainer when TRL 1.13 removed both), its fields declared here once with this package's defaults, on
     transformers' `TrainingArguments`. TRL's fields this PPO does not have are answered in one line
     (`rlhf.spellings.KNOWN_SPELLINGS`).

@@ -30,21 +30,21 @@ from rlhf.checks import prompt_room
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
-from rlhf.evaluation import draw_prompts, generate, held_out_prompts, score
-from rlhf.evaluation_report import (
+from rlhf.evaluation.generation import draw_prompts, generate, held_out_prompts, score
+from rlhf.evaluation.report import (
     ReportNotWritten,
     format_table,
     interrupted_report,
     save_report,
     scoring_record,
 )
-from rlhf.manifest import LIBRARIES, versions
+from rlhf.evaluation.stats import compare, summarize
+from rlhf.lifecycle.manifest import LIBRARIES, versions
+from rlhf.lifecycle.signals import Interrupted, StopOnSignal
 from rlhf.models import load_causal_lm, load_tokenizer, reward_model_dtype
 from rlhf.processes import on_gpu
-from rlhf.reward import reward_model_scorer
-from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
-from rlhf.signals import Interrupted, StopOnSignal
-from rlhf.stats import compare, summarize
+from rlhf.rewards.functions import check_reward_columns, load_reward_funcs
+from rlhf.rewards.reward_model import reward_model_scorer
 
 
 def main(args, rewards):

@@ -9,9 +9,9 @@ Usage:
 Each --log_dir is a run's output_dir; every event file under it (a resumed run has several) is merged into one run.
 Panels: loss, learning rate, mean reward, KL to the reference (--extra adds completion length, entropy and clip
 ratio), and where a run evaluated held-out prompts (--eval_prompts), the held-out win rate and accuracy with their
-95% intervals as bands. GRPO and PPO tag names are mapped onto these (see rlhf/metrics.py); KL and entropy, which
-GRPO logs per token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run and
-step.
+95% intervals as bands. GRPO and PPO tag names are mapped onto these (see rlhf/evaluation/metrics.py); KL and entropy,
+which GRPO logs per token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run
+and step.
 `python plot_training_progress.py --help` lists every flag.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.metrics import COLUMNS, UNITS, ema, find_runs, is_metrics_csv, read_run, run_labels, write_csv
+from rlhf.evaluation.metrics import COLUMNS, UNITS, ema, find_runs, is_metrics_csv, read_run, run_labels, write_csv
 
 DEFAULT_LOG_DIRS = ("./grpo_training_output", "./ppo_training_output")
 CORE_METRICS = ("loss", "learning_rate", "reward", "kl")  # always drawn, if only to say a run did not log them

@@ -27,7 +27,7 @@ from pathlib import Path
 from rlhf.bundled import MATH_TEST, MATH_TRAIN, PREFERENCES, printed_command, script
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE
-from rlhf.lock import lock_output_dir
+from rlhf.lifecycle.lock import lock_output_dir
 
 ROOT = Path(__file__).resolve().parent
 PREFERENCE_TRAIN_ROWS = 320  # the rest of the 400 shipped pairs are held out for evaluation
@@ -122,7 +122,7 @@ TINY = {
 
 def run_stage(name, command, timings, folder=None):
     """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints."""
-    from rlhf.manifest import read_manifest
+    from rlhf.lifecycle.manifest import read_manifest
 
     print(f"\n=== {name} ===\n$ {script(command[0], *command[1:])}", flush=True)  # runs as printed
     earlier_run = folder is not None and bool(read_manifest(folder))
@@ -166,9 +166,9 @@ def drop_checkpoints(name, folder):
     """
     import shutil
 
-    from rlhf.checkpoints import CHECKPOINT_RE
-    from rlhf.manifest import read_manifest
-    from rlhf.report import note_checkpoints_deleted
+    from rlhf.lifecycle.checkpoints import CHECKPOINT_RE
+    from rlhf.lifecycle.manifest import read_manifest
+    from rlhf.lifecycle.report import note_checkpoints_deleted
 
     if not read_manifest(folder).get("finished_at"):
         return
@@ -187,7 +187,7 @@ def drop_checkpoints(name, folder):
 def held_out_curve(folder):
     """The held-out evaluation a training stage logged (`--eval_prompts`): {"metric": its name, "points": [(step,
     value, low, high), ...]}, the verifier's accuracy where it scored, else the win rate; None where there is none."""
-    from rlhf.metrics import event_files, read_run
+    from rlhf.evaluation.metrics import event_files, read_run
 
     values, _ = read_run(event_files(folder))
     for metric in ("accuracy", "win_rate"):
@@ -202,7 +202,7 @@ def held_out_curve(folder):
 
 def health_alarms(folder):
     """One line per health alarm in the stage's `run_report.json` (none where the file is missing)."""
-    from rlhf.report import read_report
+    from rlhf.lifecycle.report import read_report
 
     lines = []
     for alarm in read_report(folder).get("health") or []:
@@ -220,7 +220,7 @@ def up_to_date(report, models):
 
     A finished run's manifest is written last, when its final model is saved.
     """
-    from rlhf.manifest import MANIFEST
+    from rlhf.lifecycle.manifest import MANIFEST
 
     manifests = [model / MANIFEST for model in models]
     return report.exists() and all(m.exists() and m.stat().st_mtime < report.stat().st_mtime for m in manifests)
@@ -311,7 +311,7 @@ def next_command(out, task, base):
 
 def summarize(out, args, evaluation, timings, trained, base):
     """Print the result and write it to quickstart_summary.json."""
-    from rlhf.evaluation_report import gain_interval, win_interval
+    from rlhf.evaluation.report import gain_interval, win_interval
 
     report = json.loads(evaluation.read_text())
     lines, summary = ["", "=== summary ==="], {"task": args.task, "seed": args.seed, "timings_s": timings}

@@ -21,6 +21,7 @@ from rlhf import preflight
 from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
+from rlhf.lifecycle.run import start_run
 from rlhf.models import (
     load_tokenizer,
     peft_config,
@@ -30,9 +31,8 @@ from rlhf.models import (
     trained_model_kwargs,
 )
 from rlhf.processes import is_main_process, on_gpu
-from rlhf.reward import reward_model_scorer
-from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
-from rlhf.run import start_run
+from rlhf.rewards.functions import check_reward_columns, load_reward_funcs
+from rlhf.rewards.reward_model import reward_model_scorer
 
 
 def main(model_args, data_args, reward_args, training_args):
@@ -66,7 +66,7 @@ def main(model_args, data_args, reward_args, training_args):
     if note and is_main_process():
         print(note, flush=True)
     if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
-        from rlhf import heldout
+        from rlhf.evaluation import heldout
 
         held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_args.reward_funcs, room)
 

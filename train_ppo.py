@@ -26,17 +26,17 @@ from rlhf import preflight
 from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
+from rlhf.lifecycle.run import start_run
 from rlhf.models import peft_config, stop_token_ids
 from rlhf.processes import is_main_process
-from rlhf.reward import ensure_distinct_pad
-from rlhf.reward_funcs import check_reward_columns, load_reward_funcs
-from rlhf.run import start_run
+from rlhf.rewards.functions import check_reward_columns, load_reward_funcs
+from rlhf.rewards.reward_model import ensure_distinct_pad
 
 
 def main(model_args, data_args, training_args):
     # Imported here, inside cli(): after the flags are parsed, so that --help and a flag's error come at once.
-    from rlhf.ppo import PPORewards, load_ppo_models
-    from rlhf.ppo_trainer import VALUE_MODEL_DIR, PPOTrainer
+    from rlhf.ppo.models import PPORewards, load_ppo_models
+    from rlhf.ppo.trainer import VALUE_MODEL_DIR, PPOTrainer
 
     configs = (model_args, data_args, training_args)
     tokenizer = preflight.ppo(*configs)  # every check before any weights load or any folder is taken
@@ -64,7 +64,7 @@ def main(model_args, data_args, training_args):
     if note and is_main_process():
         print(note, flush=True)
     if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
-        from rlhf import heldout
+        from rlhf.evaluation import heldout
 
         held_out = heldout.held_out_rows(training_args, data_args, tokenizer, reward_funcs, room)
 
@@ -95,7 +95,7 @@ def main(model_args, data_args, training_args):
         peft_config=peft_config(model_args),
     )
     if training_args.eval_prompts:  # scored by the rewards PPO trains on
-        from rlhf.reward import RewardModelScorer
+        from rlhf.rewards.reward_model import RewardModelScorer
 
         reward_path = training_args.reward_model_name_or_path
         scorers = [RewardModelScorer(func, tokenizer, reward_path) if name == "reward_model" else func

@@ -20,10 +20,16 @@ from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
 from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
+from rlhf.lifecycle.run import start_run
 from rlhf.models import load_tokenizer, peft_config, trainable_model_path, trained_model_kwargs
 from rlhf.processes import is_main_process
-from rlhf.reward import ensure_distinct_pad, held_out_accuracy, held_out_size, save_reward_model, tokenize_pairs
-from rlhf.run import start_run
+from rlhf.rewards.reward_model import (
+    ensure_distinct_pad,
+    held_out_accuracy,
+    held_out_size,
+    save_reward_model,
+    tokenize_pairs,
+)
 
 ACCURACY_FILE = "reward_accuracy.json"
 

@@ -419,8 +419,8 @@ def quickstart_figures(folder):
     stage times) where it got that far."""
     import json
 
-    from rlhf.manifest import read_manifest
-    from rlhf.report import read_report
+    from rlhf.lifecycle.manifest import read_manifest
+    from rlhf.lifecycle.report import read_report
 
     stages = {stage: {"finished": bool(read_manifest(folder / stage).get("finished_at")),
                       "peak_memory": read_report(folder / stage).get("peak_memory")}

@@ -32,7 +32,7 @@ def prepare_models(args, work):
     if not (reward_model / "config.json").exists():
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from rlhf.reward import ensure_distinct_pad
+        from rlhf.rewards.reward_model import ensure_distinct_pad
 
         tokenizer = ensure_distinct_pad(AutoTokenizer.from_pretrained(policy))
         model = AutoModelForSequenceClassification.from_pretrained(policy, num_labels=1)
@@ -203,7 +203,7 @@ def logged_steps(output_dir):
 
     Every optimizer step (PPO: rollout) logs its loss; completion lengths are logged at the steps that generated.
     """
-    from rlhf.metrics import event_files, read_scalars
+    from rlhf.evaluation.metrics import event_files, read_scalars
 
     scalars = read_scalars(event_files(output_dir))
     clock = scalars.get("train/loss") or scalars.get("train/loss/policy_avg") or {}
@@ -238,7 +238,7 @@ def scoring_throughput(reward_model, args, dtype, batch_size=16):
     import torch
 
     from rlhf.data import to_conversation
-    from rlhf.reward import load_reward_model, render_for_reward, score_conversations
+    from rlhf.rewards.reward_model import load_reward_model, render_for_reward, score_conversations
 
     model, tokenizer = load_reward_model(str(reward_model), dtype)
     if torch.cuda.is_available():

@@ -152,7 +152,7 @@ def batch_shape(name, command, cuda):
         config = parse_script_args(types, flags)[-1]
     if name.startswith("ppo"):
         # One rollout (one logged step) generates prompts_per_rollout prompts, summed over processes (64 on a GPU:
-        # several mini-batches, one optimizer step each, see rlhf/ppo_trainer.py; one mini-batch of per_device x
+        # several mini-batches, one optimizer step each, see rlhf/ppo/trainer.py; one mini-batch of per_device x
         # accumulation on a CPU).
         return _shape(config.prompts_per_rollout, 1, config.prompts_per_rollout)
     per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * launched_processes()

@@ -84,7 +84,7 @@ def compare(old_dir, new_dir):
     """(policy tensors equal, value tensors equal, scalars equal, what differs)."""
     import torch
 
-    from rlhf.metrics import event_files, read_scalars
+    from rlhf.evaluation.metrics import event_files, read_scalars
 
     differs = []
     verdicts = []

@@ -242,7 +242,7 @@ def quickstart_status(result):
 
 def quickstart_results(result):
     """A quickstart's results in one cell: the win rates (reward-model task) or accuracy gains (math task)."""
-    from rlhf.evaluation_report import gain_interval, win_interval
+    from rlhf.evaluation.report import gain_interval, win_interval
 
     parts = []
     if result.get("reward_accuracy"):

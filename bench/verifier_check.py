@@ -2,7 +2,7 @@ r"""Check the math verifier against the project's table of cases, next to plain 
 
 A measurement tool, not a test: it prints figures. Every row of tests/verifier_cases.py (completion, reference,
 expected verdict) goes through
-    ours    rlhf.verifier.verdict (what the `boxed_answer` reward uses), default time limit;
+    ours    rlhf.rewards.verifier.verdict (what the `boxed_answer` reward uses), default time limit;
     plain   math-verify 0.9.0 as TRL's accuracy reward calls it: default `parse` of the completion and of the
             reference (wrapped in \boxed{} so that it is read whole), default `verify`, its own time limits.
 For each it prints the agreement with the table on "correct or not", the false accepts (a wrong answer called
@@ -25,7 +25,7 @@ from pathlib import Path
 if not __package__:  # run as python bench/verifier_check.py: Python put bench/ on sys.path, not the root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rlhf import verifier  # noqa: E402
+from rlhf.rewards import verifier  # noqa: E402
 from tests.verifier_cases import ROWS  # noqa: E402
 
 

@@ -49,7 +49,7 @@ def check_model_source(name_or_path, what, flag, hint=""):
             check_model_source(base, f"base model of the adapter {name_or_path}",
                                f"base_model_name_or_path in {path / 'adapter_config.json'}")
         elif not (path / "config.json").is_file():
-            from rlhf.checkpoints import last_checkpoint
+            from rlhf.lifecycle.checkpoints import last_checkpoint
 
             checkpoint = last_checkpoint(path)  # an unfinished training run: its final model is not saved yet
             if checkpoint is not None:

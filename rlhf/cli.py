@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
-from rlhf.lock import release_locks
+from rlhf.lifecycle.lock import release_locks
+from rlhf.lifecycle.signals import abort, handle_stop_signals, restore
 from rlhf.processes import is_main_process
-from rlhf.signals import abort, handle_stop_signals, restore
 from rlhf.spellings import TRANSLATED_FLAGS, did_you_mean, translate_flags
 from rlhf.trl_compat import parser_actions
 
@@ -202,8 +202,8 @@ def _set(values, changes):
 def exit_on_user_error(main):
     """Decorate a script's `main()`: a `UserError` ends in one line and exit code 2, `NothingToDo` in one, exit 0.
 
-    Ctrl-C or SIGTERM outside training (models loading, saving; in training `rlhf.guard` decides) stops the script at
-    once, in one line with exit code 130, not in a traceback.
+    Ctrl-C or SIGTERM outside training (models loading, saving; in training `rlhf.lifecycle.guard` decides) stops the
+    script at once, in one line with exit code 130, not in a traceback.
     """
 
     @functools.wraps(main)
@@ -225,7 +225,7 @@ def exit_on_user_error(main):
         except KeyboardInterrupt:
             print("\nInterrupted: stopped at once (what was saved before stays intact).", file=sys.stderr, flush=True)
             code = INTERRUPTED_EXIT_CODE
-        except SystemExit as stop:  # rlhf.guard's ends of training (interrupted, NaN)
+        except SystemExit as stop:  # rlhf.lifecycle.guard's ends of training (interrupted, NaN)
             code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
             raise
         finally:

@@ -10,15 +10,18 @@ from rlhf.errors import UserError
 
 def engine_settings(configs):
     """accelerate's distributed type and process count, from the TrainingArguments (which set accelerate up, as the
-    Trainer is about to). FSDP shows once the Trainer's Accelerator exists: `rlhf.manifest.checkpoint_recorder`
-    records what ran."""
-    training = next((config for config in configs if hasattr(type(config), "_setup_devices")), None)
+    Trainer is about to). FSDP shows once the Trainer's Accelerator exists:
+    `rlhf.lifecycle.manifest.checkpoint_recorder` records what ran."""
+    from transformers import TrainingArguments
+
+    training = next((config for config in configs if isinstance(config, TrainingArguments)), None)
     if training is None:
         return {}
     device = training.device
     state = training.distributed_state
     kind = getattr(getattr(state, "distributed_type", None), "value", "NO")
-    return {"device": device.type, "distributed_type": kind, "num_processes": training.world_size}
+    # The state's count, not `world_size`: PPO's config declares its own `world_size` field, set once training starts
+    return {"device": device.type, "distributed_type": kind, "num_processes": getattr(state, "num_processes", 1)}
 
 
 ENGINE_CONFIGS = "configs/accelerate/"

@@ -257,9 +257,10 @@ def quantization_config(model_args):
 def load_kwargs(dtype, trust_remote_code=False, pad_token_id=None):
     """Keyword arguments for every `from_pretrained` of weights: safetensors only, no remote code unless asked.
 
-    `pad_token_id`: the tokenizer's pad when it was made distinct from EOS (`rlhf.reward.ensure_distinct_pad`). The
-    model is built with it, not the checkpoint's (often EOS): the input embedding's `padding_idx`, the one row that
-    never gets a gradient, is fixed when the model is built, and the saved config then names the pad the tokenizer has.
+    `pad_token_id`: the tokenizer's pad when it was made distinct from EOS
+    (`rlhf.rewards.reward_model.ensure_distinct_pad`). The model is built with it, not the checkpoint's (often EOS):
+    the input embedding's `padding_idx`, the one row that never gets a gradient, is fixed when the model is built, and
+    the saved config then names the pad the tokenizer has.
     """
     kwargs = {"dtype": torch_dtype(dtype), "use_safetensors": True, "trust_remote_code": trust_remote_code}
     if pad_token_id is not None:

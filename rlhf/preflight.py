@@ -14,8 +14,8 @@ from rlhf.checks import (
 )
 from rlhf.data import check_dataset_source
 from rlhf.errors import UserError
-from rlhf.reward import REWARD_HINT, check_reward_model, check_value_model
-from rlhf.reward_funcs import check_reward_funcs, check_reward_order, check_reward_weights
+from rlhf.rewards.functions import check_reward_funcs, check_reward_order, check_reward_weights
+from rlhf.rewards.reward_model import REWARD_HINT, check_reward_model, check_value_model
 
 
 def grpo(model_args, data_args, reward_args, training_args):
@@ -45,7 +45,7 @@ def ppo(model_args, data_args, training_args):
     """train_ppo.py: as GRPO's, plus the value model, and the tokenizers PPO feeds the policy's token ids to.
     Returns the policy's tokenizer."""
     from rlhf.models import load_tokenizer
-    from rlhf.ppo import check_same_tokenizer, value_model_source
+    from rlhf.ppo.models import check_same_tokenizer, value_model_source
 
     trust = training_args.trust_remote_code
     policy_path, reward_path = model_args.model_name_or_path, training_args.reward_model_name_or_path
@@ -85,7 +85,7 @@ def reward_model(model_args, training_args):
 def evaluation(args, rewards):
     """evaluate_generations.py: every model (one prompt length for all, fitted to the shortest context where it is
     the default), the data, the rewards, and the report's path. Independent mistakes are said together."""
-    from rlhf.evaluation_report import check_writable
+    from rlhf.evaluation.report import check_writable
 
     if not args.model_path:
         raise UserError("pass at least one model with --model_path (a folder or a Hub id)")

@@ -172,7 +172,7 @@ def error_line(result):
 
 def scalars(output_dir):
     """Every scalar logged to TensorBoard under `output_dir`, as {tag: [(step, value), ...]} in step order."""
-    from rlhf.metrics import event_files, read_scalars
+    from rlhf.evaluation.metrics import event_files, read_scalars
 
     return {tag: [(step, value) for step, (_, value) in sorted(points.items())]
             for tag, points in read_scalars(event_files(output_dir)).items()}

@@ -100,7 +100,7 @@ def test_a_reward_model_of_another_kind_of_adapter_is_refused(tiny_models, tmp_p
     from transformers import AutoModelForCausalLM
 
     from rlhf.errors import UserError
-    from rlhf.reward import load_reward_model
+    from rlhf.rewards.reward_model import load_reward_model
 
     adapter = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_models["policy"]),
                              LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
@@ -114,7 +114,7 @@ def test_a_lora_reward_model_adapter_loads_merged(tiny_models, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForSequenceClassification
 
-    from rlhf.reward import load_reward_model, score_conversations
+    from rlhf.rewards.reward_model import load_reward_model, score_conversations
 
     base = AutoModelForSequenceClassification.from_pretrained(tiny_models["reward_model"])
     adapter = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], task_type="SEQ_CLS"))
@@ -410,7 +410,7 @@ def test_a_damaged_tokenizer_is_one_line(tiny_models, tmp_path, run_cli, content
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_reward_model.py"])
 def test_a_run_or_checkpoint_of_another_script_is_refused_and_kept(tiny_models, tmp_path, run_cli, script):
     from rlhf.files import write_json
-    from rlhf.manifest import MANIFEST
+    from rlhf.lifecycle.manifest import MANIFEST
 
     other = tmp_path / "ppo_run"
     (other / "checkpoint-2").mkdir(parents=True)

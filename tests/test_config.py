@@ -335,8 +335,8 @@ def test_the_configs_import_no_trainer_and_the_package_imports_no_top_level_modu
     from conftest import ROOT
 
     # config.py holds every script's config, TRL's config classes under them, and no trainer (PPO's loop, TRL's).
-    code = ("import sys, config; print(sorted(name for name in sys.modules if name in ('rlhf.ppo_trainer', "
-            "'rlhf.ppo_maths', 'rlhf.ppo') or name.startswith('trl.trainer.grpo_trainer')))")
+    code = ("import sys, config; print(sorted(name for name in sys.modules if name in ('rlhf.ppo.trainer', "
+            "'rlhf.ppo.maths', 'rlhf.ppo.models') or name.startswith('trl.trainer.grpo_trainer')))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
     top_level = {path.stem for path in ROOT.glob("*.py")}

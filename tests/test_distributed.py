@@ -263,13 +263,13 @@ def test_a_user_error_in_a_two_process_launch_is_said_once(tiny_models, tmp_path
     assert len(lines) == 1 and "no_such_model" in lines[0], result.stderr[-2000:]
 
 
-# Each process whitens its own slice of a rollout with sums over both (rlhf.ppo_maths.masked_whiten, as PPO's
+# Each process whitens its own slice of a rollout with sums over both (rlhf.ppo.maths.masked_whiten, as PPO's
 # train() calls it); process 0's slice is flat (value-model noise and the KL term only), process 1's varies.
 WHITEN = '''
 import sys
 import torch
 from accelerate import Accelerator
-from rlhf.ppo_maths import masked_whiten
+from rlhf.ppo.maths import masked_whiten
 
 accelerator = Accelerator(cpu=True)
 torch.manual_seed(0)

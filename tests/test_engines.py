@@ -216,3 +216,13 @@ def test_fsdp_without_a_gpu_is_refused_before_anything_loads(monkeypatch):
         check_engine_launch()
     monkeypatch.setattr(processes, "cuda_available", lambda: True)
     check_engine_launch()
+
+
+def test_the_engine_settings_are_read_from_the_training_config_among_the_configs(tmp_path):
+    import config
+    from rlhf.engines import engine_settings
+
+    training = config.PPOTrainingConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    assert engine_settings([config.PPOModelArguments(), training]) == {
+        "device": "cpu", "distributed_type": "NO", "num_processes": 1}
+    assert engine_settings([config.ModelArguments(), config.EvalArguments()]) == {}  # evaluation: no training config

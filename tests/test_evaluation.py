@@ -9,8 +9,8 @@ import pytest
 from conftest import assert_ok, error_line, run_script, start_script, wait_for
 from rlhf import tiny
 from rlhf.errors import UserError
-from rlhf.evaluation_report import check_writable, format_table, gain_interval, interval_bound, win_interval
-from rlhf.stats import bootstrap_interval, compare, correlation, prompt_win_scores, rank_labels, summarize
+from rlhf.evaluation.report import check_writable, format_table, gain_interval, interval_bound, win_interval
+from rlhf.evaluation.stats import bootstrap_interval, compare, correlation, prompt_win_scores, rank_labels, summarize
 
 
 def test_ranks_best_medium_worst():
@@ -97,7 +97,7 @@ def test_accuracy_gain_interval_is_paired_over_prompts():
 
 
 def test_draw_prompts_is_seeded_and_keeps_each_rows_number():
-    from rlhf.evaluation import draw_prompts
+    from rlhf.evaluation.generation import draw_prompts
 
     rows = [{"prompt": i} for i in range(50)]
     numbers = [100 + 2 * i for i in range(50)]  # the rows between were dropped as over-long
@@ -109,7 +109,7 @@ def test_draw_prompts_is_seeded_and_keeps_each_rows_number():
 
 def test_scoring_record_names_every_reward_and_the_verifier_settings():
     from config import RewardArguments
-    from rlhf.evaluation_report import scoring_record
+    from rlhf.evaluation.report import scoring_record
 
     rewards = RewardArguments(reward_funcs=["reward_model", "boxed_answer", "my_rewards.brevity"],
                               reward_model_name_or_path="./rm", boxed_wrong_reward=-2.0)
@@ -124,7 +124,7 @@ def test_scoring_record_names_every_reward_and_the_verifier_settings():
 
 
 def test_report_that_cannot_be_written_is_saved_elsewhere_and_said(tmp_path):
-    from rlhf.evaluation_report import save_report
+    from rlhf.evaluation.report import save_report
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -274,7 +274,7 @@ def test_prompt_rows_name_the_rows_evaluated_when_prompts_are_dropped(tiny_model
 
 
 def test_a_signal_that_lands_in_a_finalizer_is_kept_for_the_next_check(monkeypatch):
-    from rlhf.signals import Interrupted, StopOnSignal
+    from rlhf.lifecycle.signals import Interrupted, StopOnSignal
 
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)  # where Python reports what a finalizer raised
@@ -295,7 +295,7 @@ def test_a_signal_that_lands_in_a_weakref_callback_is_kept_for_the_next_check(mo
     """As a finalizer: a weakref callback (WeakValueDictionary's `remove`, `weakref.finalize`) drops what it raises."""
     import weakref
 
-    from rlhf.signals import Interrupted, StopOnSignal
+    from rlhf.lifecycle.signals import Interrupted, StopOnSignal
 
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)
@@ -409,7 +409,7 @@ def test_generation_stops_at_every_end_the_model_declares_and_counts_it_as_ended
     """A model whose generation config declares an end-of-turn id beside the tokenizer's EOS (loaded from an adapter
     folder: its base's): generation stops there and the completion ended, as in training. With EOS alone, the same
     completions ran on to the length limit."""
-    from rlhf.evaluation import generate
+    from rlhf.evaluation.generation import generate
     from rlhf.models import load_causal_lm
 
     model, tokenizer = load_causal_lm(end_of_turn_models["adapter"])

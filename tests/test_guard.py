@@ -1,4 +1,4 @@
-"""`rlhf.guard` as a unit: signals, stopping at a checkpoint, the NaN watch, and every process stopping together.
+"""`rlhf/lifecycle/guard.py` as a unit: signals, stopping at a checkpoint, the NaN watch, every process stopping.
 
 Real runs that are interrupted are in test_interruption.py (one process) and test_distributed.py (torchrun).
 """
@@ -14,7 +14,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from rlhf.errors import NonFiniteError, UserError
-from rlhf.guard import TrainingGuard, TrainingInterrupted, guarded_train
+from rlhf.lifecycle.guard import TrainingGuard, TrainingInterrupted, guarded_train
 
 ARGS = SimpleNamespace(device="cpu")  # all the guard reads of the training arguments
 

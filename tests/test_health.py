@@ -6,9 +6,10 @@ import json
 import pytest
 
 from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars
-from rlhf import health, tiny
-from rlhf.health import HealthMonitor, length_hacking, slope, sustained
-from rlhf.stats import correlation
+from rlhf import tiny
+from rlhf.evaluation.stats import correlation
+from rlhf.lifecycle import health
+from rlhf.lifecycle.health import HealthMonitor, length_hacking, slope, sustained
 from test_report import assert_report
 
 
@@ -301,7 +302,7 @@ def test_a_reward_function_falling_while_the_total_rises_is_an_alarm_while_the_r
     assert "(fall of rewards/boxed_answer/mean 0.227 > 0.15, step 6)" in alarm.line
     assert "docs/rewards.md" in alarm.advice and alarm.value == pytest.approx(0.226667, abs=1e-6)
     # the whole run, replayed: 0.28 at its end, as measured
-    from rlhf.health import gamed_reward
+    from rlhf.lifecycle.health import gamed_reward
 
     assert gamed_reward(GAMED, [], weights) == ("boxed_answer", pytest.approx(0.28, abs=1e-9), "boxed_format")
 
@@ -342,7 +343,7 @@ def test_a_penalty_that_falls_pays_more_and_is_no_alarm():
     weights = {"boxed_answer": 1.0, "too_long": -0.1}
     assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), PENALTY_FALLS,
                                    weights))
-    from rlhf.health import gamed_reward
+    from rlhf.lifecycle.health import gamed_reward
 
     assert gamed_reward(PENALTY_FALLS, [], weights) is None
     # the same fall of a function paid at weight 1 pays 0.33 less: that is an alarm
@@ -351,7 +352,7 @@ def test_a_penalty_that_falls_pays_more_and_is_no_alarm():
 
 
 def test_what_a_term_pays_is_its_weight_times_its_mean():
-    from rlhf.health import gamed_reward
+    from rlhf.lifecycle.health import gamed_reward
 
     # A penalty at weight -0.5 rising by 0.4 pays 0.2 less while the verifier rises: an alarm, named as a rise.
     rising = {"boxed_answer": PENALTY_FALLS["boxed_answer"], "too_long": [0.2, 0.2, 0.2, 0.3, 0.4, 0.6, 0.6, 0.6]}
@@ -380,7 +381,7 @@ def test_what_a_term_pays_is_its_weight_times_its_mean():
 
 def test_a_reward_function_named_by_its_file_keeps_its_whole_name():
     # TRL and PPO log `rewards/<name>/mean`, the name as --reward_funcs gave it: a path keeps its slashes.
-    from rlhf.metrics import reward_function
+    from rlhf.evaluation.metrics import reward_function
 
     assert reward_function("rewards/rewards/len.py:too_long/mean") == "rewards/len.py:too_long"
     assert reward_function("train/rewards/../r/f.py:fn/std", "std") == "../r/f.py:fn"

@@ -1,4 +1,4 @@
-"""Held-out evaluation during training (rlhf/heldout.py): the metrics, the flags, and tiny GRPO and PPO runs."""
+"""Held-out evaluation during training (rlhf/evaluation/heldout.py): the metrics, the flags, tiny GRPO and PPO runs."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars
 from rlhf import tiny
 from rlhf.cli import UserError, parse_args
-from rlhf.heldout import best_metric_name, describe, eval_interval, heldout_metrics
+from rlhf.evaluation.heldout import best_metric_name, describe, eval_interval, heldout_metrics
 
 MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
 # Enough rows after --max_samples 24 of the 32 tiny prompts; a learning rate that moves the tiny policy in 4 steps.
@@ -18,7 +18,7 @@ EVAL = [*SAME, "--eval_prompts", "4", "--eval_steps", "1"]
 
 
 def completions(rewards, verdicts=None):
-    """Per prompt, completions as `rlhf.evaluation.score` leaves them."""
+    """Per prompt, completions as `rlhf.evaluation.generation.score` leaves them."""
     return [[{"reward": r, "num_tokens": 3, "ended_with_eos": True,
               **({"verdict": verdicts[p][i]} if verdicts else {})} for i, r in enumerate(rs)]
             for p, rs in enumerate(rewards)]
@@ -210,8 +210,8 @@ def test_the_verifier_accuracy_and_its_gain_on_held_out_math(tiny_models, tmp_pa
 def test_a_run_resumes_with_the_held_out_evaluation_turned_on_or_changed(tmp_path):
     from dataclasses import dataclass
 
-    from rlhf.manifest import record_launch
-    from rlhf.run import prepare_output_dir
+    from rlhf.lifecycle.manifest import record_launch
+    from rlhf.lifecycle.run import prepare_output_dir
     from test_run import make_checkpoint
 
     @dataclass

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import ROOT
 from rlhf.errors import UserError
-from rlhf.lock import LOCK, OS_LOCK, lock_output_dir, release_locks
+from rlhf.lifecycle.lock import LOCK, OS_LOCK, lock_output_dir, release_locks
 
-HOLD = ("import sys, time; from rlhf.lock import lock_output_dir; lock_output_dir(sys.argv[1]); "
+HOLD = ("import sys, time; from rlhf.lifecycle.lock import lock_output_dir; lock_output_dir(sys.argv[1]); "
         "print('held', flush=True); time.sleep(120)")
 LAUNCH = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", "TORCHELASTIC_RUN_ID": "one"}
 
@@ -94,8 +94,8 @@ def test_a_run_on_another_host_is_judged_by_the_os_lock(tmp_path, hold, capsys):
 
 def test_the_processes_of_one_launch_share_the_lock(tmp_path, hold):
     main = hold(tmp_path, {**LAUNCH, "RANK": "0"})
-    rank1 = subprocess.run([sys.executable, "-c", "import sys; from rlhf.lock import _held, lock_output_dir; "
-                            "lock_output_dir(sys.argv[1]); print(len(_held))", str(tmp_path)],
+    rank1 = subprocess.run([sys.executable, "-c", "import sys; from rlhf.lifecycle.lock import _held, lock_output_dir;"
+                            " lock_output_dir(sys.argv[1]); print(len(_held))", str(tmp_path)],
                            cwd=ROOT, capture_output=True, text=True, env={**os.environ, **LAUNCH, "RANK": "1"})
     assert rank1.returncode == 0 and rank1.stdout == "0\n"  # checked the record, took nothing
     assert json.loads((tmp_path / LOCK).read_text())["pid"] == main.pid  # and left it to the main process

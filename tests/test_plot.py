@@ -6,7 +6,7 @@ import pytest
 
 from conftest import run_script
 from rlhf.cli import UserError
-from rlhf.metrics import column_for, ema, find_runs, run_labels
+from rlhf.evaluation.metrics import column_for, ema, find_runs, run_labels
 
 STEPS = range(1, 6)
 
@@ -110,7 +110,7 @@ def test_per_token_and_per_completion_kl_and_entropy_are_drawn_apart(logs):
     import matplotlib.pyplot as plt
 
     from plot_training_progress import figure, panel_columns
-    from rlhf.metrics import event_files, read_run
+    from rlhf.evaluation.metrics import event_files, read_run
 
     runs, tags = {}, {}
     for name in ("grpo", "ppo", "nokl"):
@@ -222,7 +222,7 @@ def test_the_held_out_evaluation_is_drawn_with_its_interval_as_a_band(tmp_path):
     import matplotlib.pyplot as plt
 
     from plot_training_progress import figure, panel_columns
-    from rlhf.metrics import event_files, read_run, write_csv
+    from rlhf.evaluation.metrics import event_files, read_run, write_csv
 
     evaluated = {"eval/win_rate": {0: 0.5, 2: 0.625}, "eval/win_rate_low": {0: 0.5, 2: 0.375},
                  "eval/win_rate_high": {0: 0.5, 2: 0.875}}

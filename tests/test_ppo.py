@@ -1,5 +1,5 @@
-"""PPO's pure functions as units (the adaptive KL maths, completion lengths in `rlhf.ppo_maths`), the tokenizer
-check and `PPORewards` (`rlhf.ppo`).
+"""PPO's pure functions as units (the adaptive KL maths, completion lengths in `rlhf.ppo.maths`), the tokenizer
+check and `PPORewards` (`rlhf.ppo.models`).
 
 The trainer in memory on tiny models: test_ppo_trainer.py; end to end (logging, checkpoints, resume): test_cli_ppo.py.
 """
@@ -64,7 +64,7 @@ def test_a_kl_horizon_too_long_for_the_run_is_said_with_the_runs_own():
 def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
     import torch
 
-    from rlhf.ppo_maths import completion_lengths
+    from rlhf.ppo.maths import completion_lengths
 
     eos = 2
     completions = torch.tensor([[5, 6, eos, eos, eos],  # ended at its 3rd token; the rest is padding
@@ -81,7 +81,7 @@ def test_completion_lengths_count_up_to_and_including_the_first_stop_token():
 def test_a_response_is_cut_after_its_first_stop_token_of_any_declared_id():
     import torch
 
-    from rlhf.ppo_maths import stop_mask, truncate_response
+    from rlhf.ppo.maths import stop_mask, truncate_response
 
     eos, eot, pad = 2, 3, 0
     responses = torch.tensor([[5, eot, 6, eos], [5, 6, eos, eot], [5, 6, 7, 8]])
@@ -96,7 +96,7 @@ def test_a_reward_model_with_another_tokenizer_is_refused_naming_both_and_the_wa
     from transformers import AutoTokenizer
 
     from rlhf.errors import UserError
-    from rlhf.ppo import check_same_tokenizer
+    from rlhf.ppo.models import check_same_tokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
     check_same_tokenizer(tokenizer, tiny_models["reward_model"], "reward model", "--reward_model_path")  # same one
@@ -117,9 +117,9 @@ def test_ppo_rewards_score_each_completion_with_its_own_row_and_log_each_functio
 
     from rlhf import tiny
     from rlhf.data import build_prompt_dataset, tokenize_prompts
-    from rlhf.ppo import PPORewards
-    from rlhf.reward import ensure_distinct_pad
-    from rlhf.reward_funcs import load_reward_funcs
+    from rlhf.ppo.models import PPORewards
+    from rlhf.rewards.functions import load_reward_funcs
+    from rlhf.rewards.reward_model import ensure_distinct_pad
 
     tokenizer = ensure_distinct_pad(tiny.build_tokenizer())
     rows = Dataset.from_list([{"question": "What is 1 + 1?", "ground_truth": "2"},
@@ -175,9 +175,9 @@ def test_ppo_rewards_end_a_completion_at_any_of_the_runs_stop_tokens(tiny_models
 
     from rlhf.data import build_prompt_dataset, tokenize_prompts
     from rlhf.models import stop_token_ids
-    from rlhf.ppo import PPORewards
-    from rlhf.reward import ensure_distinct_pad
-    from rlhf.reward_funcs import load_reward_funcs
+    from rlhf.ppo.models import PPORewards
+    from rlhf.rewards.functions import load_reward_funcs
+    from rlhf.rewards.reward_model import ensure_distinct_pad
 
     tokenizer = ensure_distinct_pad(AutoTokenizer.from_pretrained(tiny_models["policy"]))
     prompts, _, _ = build_prompt_dataset(Dataset.from_list([{"question": "What is 1 + 1?", "ground_truth": "2"}]),
@@ -202,7 +202,7 @@ def test_a_trained_value_head_is_kept_or_set_to_zero_with_a_note(tiny_models, tm
 
     from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
     from rlhf.cli import parse_args
-    from rlhf.ppo import load_ppo_models
+    from rlhf.ppo.models import load_ppo_models
 
     trained = str(tiny_models["reward_model"])
     model_args, _, training_args = parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), [
@@ -221,7 +221,7 @@ def test_a_trained_value_head_is_kept_or_set_to_zero_with_a_note(tiny_models, tm
         assert torch.equal(value_model.score.weight, head) and not notes
 
 
-# ---- PPO's maths on values worked out by hand (rlhf.ppo_maths) ----
+# ---- PPO's maths on values worked out by hand (rlhf.ppo.maths) ----
 
 
 def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_after_the_last():
@@ -229,7 +229,7 @@ def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_af
 
     import torch
 
-    from rlhf.ppo_maths import kl_penalized_rewards
+    from rlhf.ppo.maths import kl_penalized_rewards
 
     scores = torch.tensor([1.0, 2.0])
     logprobs = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
@@ -256,7 +256,7 @@ def test_kl_penalized_rewards_put_the_kl_penalty_at_every_token_and_the_score_af
 def test_gae_on_a_reward_at_the_last_token(gamma, lam, advantages, returns):
     import torch
 
-    from rlhf.ppo_maths import gae
+    from rlhf.ppo.maths import gae
 
     got_advantages, got_returns = gae(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.5, 0.5]]), gamma, lam)
     assert got_advantages[0].tolist() == pytest.approx(advantages)
@@ -266,7 +266,7 @@ def test_gae_on_a_reward_at_the_last_token(gamma, lam, advantages, returns):
 def test_the_clipped_value_loss_keeps_the_larger_error():
     import torch
 
-    from rlhf.ppo_maths import clipped_value_loss
+    from rlhf.ppo.maths import clipped_value_loss
 
     mask = torch.tensor([[True, True]])
     # clipped to old +- 0.2: 0.2 and 2.7; squared errors to 2.0: unclipped 1, 1; clipped 3.24, 0.49
@@ -287,7 +287,7 @@ def test_the_clipped_policy_loss_is_the_pessimistic_bound(advantage, loss, clipp
 
     import torch
 
-    from rlhf.ppo_maths import clipped_policy_loss
+    from rlhf.ppo.maths import clipped_policy_loss
 
     old = torch.tensor([[0.0, 0.0]])
     new = torch.tensor([[math.log(1.5), math.log(0.5)]], requires_grad=True)
@@ -306,7 +306,7 @@ def test_entropy_of_logits():
 
     import torch
 
-    from rlhf.ppo_maths import entropy
+    from rlhf.ppo.maths import entropy
 
     values = entropy(torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]]))
     assert values.tolist() == pytest.approx([math.log(2), -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))])
@@ -321,7 +321,7 @@ def test_the_value_models_new_head_starts_random_or_at_zero(tiny_models, tmp_pat
 
     from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
     from rlhf.cli import parse_args
-    from rlhf.ppo import load_ppo_models
+    from rlhf.ppo.models import load_ppo_models
 
     model_args, _, training_args = parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), [
         "--model_name_or_path", str(tiny_models["policy"]), "--reward_funcs", "boxed_answer",
@@ -340,7 +340,7 @@ def test_one_right_answer_in_four_pushes_the_other_three_down_only_when_whitened
     turn negative (each pushed down, and with it whatever the wrong answers share, the box or EOS)."""
     import torch
 
-    from rlhf.ppo_maths import gae, masked_whiten
+    from rlhf.ppo.maths import gae, masked_whiten
 
     rewards = torch.zeros(4, 3)
     rewards[0, -1] = 1.0  # the score, after the first completion's last token

@@ -1,4 +1,4 @@
-"""`rlhf.ppo_trainer.PPOTrainer`, the package's own PPO (copied from TRL 1.12), checked by behaviour on tiny models in
+"""`rlhf.ppo.trainer.PPOTrainer`, the package's own PPO (copied from TRL 1.12), checked by behaviour on tiny models in
 this process: what its fixes of TRL's loop do (optimizer steps per mini-batch, saving and the LoRA reference under
 DDP, the nucleus, rollouts without signal), its checkpoints and resume, and a golden run that pins its numerics. Where
 a behaviour needs DDP, the model is wrapped in DDP in a process group of one, as accelerate wraps it in a multi-process
@@ -20,7 +20,7 @@ def hooks(tiny_models, tmp_path):
 
 def tiny_hooks(tiny_models, tmp_path, **config):
     """A tiny recording `PPOTrainer` on 4 prompts: 1 PPO epoch, 4 episodes, `config` on top."""
-    from rlhf.ppo_trainer import PPOTrainer
+    from rlhf.ppo.trainer import PPOTrainer
 
     class Recording(PPOTrainer):
         def __init__(self, *args, **kwargs):
@@ -53,7 +53,7 @@ def tiny_ppo(tiny_models, tmp_path, trainer_class=None, lora=False, **config):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     from config import PPOTrainingConfig
-    from rlhf.ppo_trainer import PPOTrainer
+    from rlhf.ppo.trainer import PPOTrainer
 
     trainer_class = trainer_class or PPOTrainer
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
@@ -236,7 +236,7 @@ def test_the_value_model_is_the_wrappers_value_model(hooks):
 def test_ppo_is_a_trainer_of_its_own_and_offers_none_of_transformers_trainers_other_methods(hooks):
     from transformers import Trainer
 
-    from rlhf.ppo_trainer import PPOTrainer
+    from rlhf.ppo.trainer import PPOTrainer
 
     assert not issubclass(PPOTrainer, Trainer) and not isinstance(hooks, Trainer)
     for name in ("evaluate", "predict", "push_to_hub", "create_optimizer", "_save_checkpoint", "_load_rng_state"):
@@ -323,7 +323,7 @@ def test_rollouts_sample_from_the_nucleus_and_keep_the_whole_distributions_log_p
     import torch
     from transformers import GenerationConfig
 
-    from rlhf.ppo_maths import generate
+    from rlhf.ppo.maths import generate
 
     policy, top_p = hooks.trained_policy, 0.3
     # What train() passes to generate()
@@ -374,7 +374,7 @@ def test_a_nucleus_rollout_starts_at_kl_0_from_the_reference(hooks):
 
 
 class _Scores:
-    """Scores in a reward model's place (the `score_completions` route of `rlhf.ppo_maths.score_completions`): all
+    """Scores in a reward model's place (the `score_completions` route of `rlhf.ppo.maths.score_completions`): all
     0, or all different."""
 
     reward_model = None
@@ -413,7 +413,7 @@ def test_advantages_are_gaes_scaled_to_mean_0_and_variance_1_only_when_whitened(
     rollout's scaled to mean 0 and variance 1."""
     import torch
 
-    import rlhf.ppo_trainer as ppo_trainer
+    import rlhf.ppo.trainer as ppo_trainer
 
     hooks.reward_model = _Scores(equal=False)
     hooks.args.whiten_advantages = whiten
@@ -488,7 +488,7 @@ def test_a_golden_run_gives_the_figures_pinned(tiny_models, tmp_path):
 def test_a_rollout_of_one_completion_is_never_judged_without_signal_and_a_flat_one_is():
     import torch
 
-    from rlhf.ppo_maths import rollout_without_signal
+    from rlhf.ppo.maths import rollout_without_signal
 
     assert not rollout_without_signal(torch.tensor([-0.91]))  # nothing to compare
     assert rollout_without_signal(torch.tensor([-0.5, -0.5, -0.5]))
@@ -540,7 +540,7 @@ def test_a_rollout_without_signal_after_one_with_signal_leaves_the_policy_where_
 def test_masked_whiten_on_one_process_is_trls_to_the_bit():
     import torch
 
-    from rlhf.ppo_maths import masked_mean, masked_whiten
+    from rlhf.ppo.maths import masked_mean, masked_whiten
 
     torch.manual_seed(0)
     values, mask = torch.randn(4, 7), torch.rand(4, 7) > 0.3
@@ -557,7 +557,7 @@ def test_masked_whiten_with_totals_uses_the_statistics_of_every_process():
     slice's values then stay small instead of being blown up to unit size."""
     import torch
 
-    from rlhf.ppo_maths import masked_whiten
+    from rlhf.ppo.maths import masked_whiten
 
     torch.manual_seed(0)
     flat = 0.01 * torch.randn(3, 5)  # value-model noise and the KL term: no reward signal in this slice

@@ -156,8 +156,8 @@ def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(t
     import sys
 
     out = tmp_path / "qs"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf.lock import lock_output_dir; "
-                               f"lock_output_dir({str(out)!r}); print('held', flush=True); time.sleep(120)"],
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf.lifecycle import lock; "
+                               f"lock.lock_output_dir({str(out)!r}); print('held', flush=True); time.sleep(120)"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"  # the first quickstart, running

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from conftest import assert_ok, ppo_args, run_script
-from rlhf import report, tiny
-from rlhf.health import HealthMonitor
+from rlhf import tiny
+from rlhf.lifecycle import report
+from rlhf.lifecycle.health import HealthMonitor
 
 KEYS = {"script", "finished", "global_step", "max_steps", "settings", "seconds_per_step", "steps_timed",
         "tokens_per_second", "peak_memory", "health", "evaluations", "best_checkpoint", "best_metric"}

@@ -2,7 +2,7 @@ import pytest
 
 from rlhf import tiny
 from rlhf.cli import UserError
-from rlhf.reward import load_reward_model, pairwise_accuracy, score_conversations
+from rlhf.rewards.reward_model import load_reward_model, pairwise_accuracy, score_conversations
 
 
 def test_pairwise_accuracy_counts_strict_wins():
@@ -37,7 +37,7 @@ def test_a_causal_lm_is_not_accepted_as_reward_model(tmp_path):
 def test_reward_is_read_at_the_final_end_of_turn_token(tmp_path):
     import torch
 
-    from rlhf.reward import ensure_distinct_pad, render_for_reward
+    from rlhf.rewards.reward_model import ensure_distinct_pad, render_for_reward
 
     tokenizer = tiny.build_tokenizer()
     assert tokenizer.pad_token_id == tokenizer.eos_token_id  # like SmolLM2
@@ -68,7 +68,7 @@ def test_reward_is_read_at_the_final_end_of_turn_token(tmp_path):
     (100, 0, 0, "--eval_samples 0"),
 ])
 def test_held_out_pairs_on_small_sets(pairs, asked, held, note):
-    from rlhf.reward import held_out_size
+    from rlhf.rewards.reward_model import held_out_size
 
     size, why = held_out_size(pairs, asked)
     assert size == held

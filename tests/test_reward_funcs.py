@@ -1,7 +1,7 @@
 import pytest
 
 from rlhf.cli import UserError
-from rlhf.reward_funcs import CheckedRewardFunc, RewardFunctionError, load_reward_funcs, make_boxed_answer
+from rlhf.rewards.functions import CheckedRewardFunc, RewardFunctionError, load_reward_funcs, make_boxed_answer
 
 
 def test_boxed_answer_rewards_correct_wrong_and_missing():
@@ -34,7 +34,7 @@ def test_a_completion_cut_off_scores_the_lower_of_wrong_and_missing_whatever_its
 
 
 def test_outcome_rewards_are_worked_out_from_the_package_functions():
-    from rlhf.reward_funcs import outcome_rewards
+    from rlhf.rewards.functions import outcome_rewards
 
     assert outcome_rewards(["boxed_answer"]) == {
         "correct": 1.0, "wrong": 0.0, "right number, no box": 0.0, "no answer": 0.0, "correct, cut off": 0.0,
@@ -65,7 +65,7 @@ def test_outcome_rewards_are_worked_out_from_the_package_functions():
     (["boxed_answer"], None, (1.0, 0.0, 0.0, 1.0), ["correct answer (1) earns no more than right number, no box"]),
 ])
 def test_reward_order_problems_name_what_a_policy_would_game(names, weights, rewards, problems):
-    from rlhf.reward_funcs import check_reward_order, outcome_rewards, reward_order_problems
+    from rlhf.rewards.functions import check_reward_order, outcome_rewards, reward_order_problems
 
     found = reward_order_problems(outcome_rewards(names, weights, rewards))
     assert len(found) == len(problems) and all(word in line for word, line in zip(problems, found))
@@ -119,7 +119,7 @@ def test_a_reward_function_may_return_bools_or_numpy_numbers():
 
 
 def test_a_reward_function_is_called_as_trl_calls_it_or_with_the_batch_as_dicts_or_refused():
-    from rlhf.reward_funcs import SamplesRewardFunc, _call_style
+    from rlhf.rewards.functions import SamplesRewardFunc, _call_style
 
     def trl_style(prompts, completions, **kwargs): ...
     def a_column_by_keyword(completions, *, ground_truth, **kwargs): ...
@@ -178,7 +178,7 @@ def shipped_recipes():
 
 
 def test_every_shipped_recipe_pays_a_correct_answer_most_and_cannot_be_gamed():
-    from rlhf.reward_funcs import outcome_rewards, reward_order_problems
+    from rlhf.rewards.functions import outcome_rewards, reward_order_problems
 
     recipes = shipped_recipes()
     assert "quickstart --task math" in recipes and sum("boxed_answer" in r[0] for r in recipes.values()) >= 3
@@ -191,7 +191,7 @@ def test_docs_rewards_table_is_what_the_package_functions_give():
     from pathlib import Path
 
     import quickstart
-    from rlhf.reward_funcs import OUTCOMES, outcome_rewards
+    from rlhf.rewards.functions import OUTCOMES, outcome_rewards
 
     names, weights, rewards = recipe(quickstart.MATH_REWARDS)
     columns = {
@@ -211,20 +211,20 @@ def test_docs_rewards_table_is_what_the_package_functions_give():
 
 
 def test_adding_a_built_in_reward_function_is_one_registry_entry(monkeypatch):
-    from rlhf import reward_funcs
+    from rlhf.rewards import functions
 
     def ends_politely(prompts, completions, **kwargs):
-        return [float(reward_funcs.completion_text(c).endswith("Thanks.")) for c in completions]
+        return [float(functions.completion_text(c).endswith("Thanks.")) for c in completions]
 
-    monkeypatch.setitem(reward_funcs.REGISTRY, "ends_politely", lambda boxed_rewards, stop_token_ids: ends_politely)
-    (func,) = reward_funcs.load_reward_funcs(["ends_politely"])
+    monkeypatch.setitem(functions.REGISTRY, "ends_politely", lambda boxed_rewards, stop_token_ids: ends_politely)
+    (func,) = functions.load_reward_funcs(["ends_politely"])
     assert func(prompts=[None, None], completions=["Yes. Thanks.", "No."]) == [1.0, 0.0]
     # a rule-based function: what each outcome earns is worked out for it too
-    assert set(reward_funcs.outcome_rewards(["boxed_answer", "ends_politely"])) == set(reward_funcs.OUTCOMES)
+    assert set(functions.outcome_rewards(["boxed_answer", "ends_politely"])) == set(functions.OUTCOMES)
 
 
 def test_a_right_number_without_a_box_earns_its_credit_only_where_asked_and_only_when_ended():
-    from rlhf import verifier
+    from rlhf.rewards import verifier
 
     assert verifier.last_number("Ada has 21 - 1 = 19 marbles left.") == "19"
     assert verifier.last_number("It costs 1,200 dollars, or 1.5 times x2.") == "1.5"

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerState
 
-from rlhf.checkpoints import last_checkpoint
 from rlhf.cli import exit_on_user_error
 from rlhf.errors import NonFiniteError, NothingToDo, UserError
-from rlhf.lock import release_locks
-from rlhf.manifest import changed_flags, mark_finished, read_manifest, record_launch
-from rlhf.run import prepare_output_dir, start_run
+from rlhf.lifecycle.checkpoints import last_checkpoint
+from rlhf.lifecycle.lock import release_locks
+from rlhf.lifecycle.manifest import changed_flags, mark_finished, read_manifest, record_launch
+from rlhf.lifecycle.run import prepare_output_dir, start_run
 
 
 @dataclass
@@ -60,7 +60,7 @@ def test_weights_saved_by_save_pretrained_come_back_tied_head_included_and_anoth
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from rlhf.checkpoints import load_pretrained_weights
+    from rlhf.lifecycle.checkpoints import load_pretrained_weights
 
     trained = AutoModelForCausalLM.from_pretrained(tiny_models["policy"])
     assert trained.config.tie_word_embeddings  # its LM head is saved once, as the embeddings
@@ -83,7 +83,7 @@ def test_random_states_come_back_from_this_process_file_and_another_process_coun
     import numpy as np
     import torch
 
-    from rlhf.checkpoints import load_rng_state, save_rng_state
+    from rlhf.lifecycle.checkpoints import load_rng_state, save_rng_state
 
     save_rng_state(tmp_path, 1, 2)
     assert (tmp_path / "rng_state_1.pth").exists()  # transformers' Trainer's name: its checkpoints resume alike
@@ -312,9 +312,9 @@ def test_a_live_run_holds_its_output_dir_and_a_killed_ones_lock_is_taken_over(tm
 
     from conftest import ROOT
 
-    other = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf.lock import lock_output_dir; "
-                              "lock_output_dir(sys.argv[1]); print('held', flush=True); time.sleep(60)", tmp_path],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen([sys.executable, "-c", "import sys, time; from rlhf.lifecycle import lock; "
+                              "lock.lock_output_dir(sys.argv[1]); print('held', flush=True); time.sleep(60)",
+                              tmp_path], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     lock = tmp_path / "run.lock"
     try:
         assert other.stdout.readline().strip() == "held"

@@ -1,4 +1,4 @@
-"""The math verifier (rlhf/verifier.py): the table of cases, the extraction rule, the cost bound, imports on demand."""
+"""The math verifier (rlhf/rewards/verifier.py): the cases, the extraction rule, the cost bound, imports on demand."""
 
 import logging
 import subprocess
@@ -9,9 +9,9 @@ import time
 import pytest
 
 from conftest import ROOT
-from rlhf import verifier
 from rlhf.cli import UserError
-from rlhf.reward_funcs import boxed_format, load_reward_funcs, make_boxed_answer
+from rlhf.rewards import verifier
+from rlhf.rewards.functions import boxed_format, load_reward_funcs, make_boxed_answer
 from verifier_cases import ROWS
 
 SLOW = r"\boxed{\int_0^1 x^{100} e^{x} \, dx}"  # a few seconds of SymPy, all of it Python: the time limit stops it
@@ -140,7 +140,7 @@ def test_errors_in_the_checked_function_reach_the_caller():
 def test_boxed_answer_counts_and_logs_what_it_could_not_check(caplog):
     reward = make_boxed_answer(1.0, -1.0, -0.5, time_limit=0.2)
     completions = [r"\boxed{5}", r"\boxed{10^{10^{10}}}", SLOW, "no box"]
-    with caplog.at_level(logging.WARNING, logger="rlhf.reward_funcs"):
+    with caplog.at_level(logging.WARNING, logger="rlhf.rewards.functions"):
         assert reward(prompts=[None] * 4, completions=completions, ground_truth=["5"] * 4) == [1.0, -1.0, -1.0, -0.5]
     assert reward.timeouts == 2
     assert "2 of 4 completions were too costly to check" in caplog.text
@@ -148,7 +148,7 @@ def test_boxed_answer_counts_and_logs_what_it_could_not_check(caplog):
 
 def test_math_verify_is_imported_only_for_the_math_reward():
     code = (
-        "import sys; from rlhf.reward_funcs import load_reward_funcs; "
+        "import sys; from rlhf.rewards.functions import load_reward_funcs; "
         "load_reward_funcs(['boxed_format']); assert 'math_verify' not in sys.modules, 'imported too early'; "
         "load_reward_funcs(['boxed_answer']); assert 'math_verify' in sys.modules"
     )

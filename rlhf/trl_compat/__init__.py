@@ -1,6 +1,6 @@
 """Everything this package assumes about TRL's and transformers' internals, in one place.
 
-PPO is not here: it is the package's own code (`rlhf/ppo_trainer.py`, copied from TRL 1.12, which TRL 1.13 removed).
+PPO is not here: it is the package's own code (`rlhf/ppo/trainer.py`, copied from TRL 1.12, which TRL 1.13 removed).
 Moving GRPO and the reward model to another TRL release should be a change to this package alone (CONTRIBUTING.md,
 "Moving TRL", says which test checks what). Three kinds of thing live here:
 
@@ -71,9 +71,12 @@ class DeepSpeedGuessesCPU(logging.Filter):
     Under DeepSpeed (`accelerate launch` with a DeepSpeed config) the line stays."""
 
     def filter(self, record):
-        from rlhf.processes import launched_engine
+        import os
 
-        return launched_engine() == "DEEPSPEED" or not record.getMessage().startswith("Setting accelerator to CPU.")
+        # How accelerate's launcher asks for DeepSpeed, read as `rlhf.processes.launched_engine` reads it (that module
+        # imports this one)
+        deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        return deepspeed or not record.getMessage().startswith("Setting accelerator to CPU.")
 
 
 _silence_known_warnings()
@@ -131,7 +134,7 @@ class NoStepPastTheEnd(TrainerCallback):
     `max_steps`: a GRPO or reward-model run resumed from a checkpoint at its last step (interrupted as it finished,
     or re-run with --max_steps at the step reached) trained one step past its end, its report saying "steps: 4 of 3".
     Raised at `on_train_begin` (put it first among the callbacks), once the checkpoint's weights, optimizer and state
-    are loaded; `rlhf.guard.guarded_train` ends training there. PPO's loop trains nothing there by itself.
+    are loaded; `rlhf.lifecycle.guard.guarded_train` ends training there. PPO's loop trains nothing there by itself.
     """
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -165,10 +168,10 @@ def loading_whole():
     With ZeRO-3's `zero3_init_flag` (configs/accelerate/deepspeed_zero3.yaml), transformers' `from_pretrained`
     partitions every model as it loads (`deepspeed.zero.Init` while `transformers.integrations.deepspeed.
     is_deepspeed_zero3_enabled()`), which only a DeepSpeed engine can run. A frozen model that no engine wraps (GRPO's
-    reward model scorer, `rlhf.reward.reward_model_scorer`) then fails at its first forward (`RuntimeError: 'weight'
-    must be 2-D`), and an empty one on the meta device (`rlhf.checks.check_lora_targets`) as it is built
-    (`NotImplementedError: Cannot copy out of meta tensor`). Inside this block, transformers' DeepSpeed config is
-    unset.
+    reward model scorer, `rlhf.rewards.reward_model.reward_model_scorer`) then fails at its first forward
+    (`RuntimeError: 'weight' must be 2-D`), and an empty one on the meta device (`rlhf.checks.check_lora_targets`) as
+    it is built (`NotImplementedError: Cannot copy out of meta tensor`). Inside this block, transformers' DeepSpeed
+    config is unset.
     """
     from transformers.integrations import deepspeed
 

@@ -1,11 +1,12 @@
 """Evaluation's work on models: held-out prompts, sampling completions, scoring and ranking them.
 
-The statistics over the scored completions are in `rlhf.stats`, the report (table, JSON) in `rlhf.evaluation_report`.
+The statistics over the scored completions are in `rlhf.evaluation.stats`, the report (table, JSON) in
+`rlhf.evaluation.report`.
 """
 
 import random
 
-from rlhf.stats import rank_labels
+from rlhf.evaluation.stats import rank_labels
 
 ROW = "_evaluation_row"  # the dataset row number of a prompt, carried through the length filter
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlhf.engines import describe_engine, engine_settings
 from rlhf.files import write_json
-from rlhf.lock import make_folder
+from rlhf.lifecycle.lock import make_folder
 from rlhf.processes import is_main_process, launched_processes, on_gpu
 
 MANIFEST = "run_manifest.json"

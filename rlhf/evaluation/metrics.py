@@ -27,7 +27,7 @@ COLUMNS = {
     "entropy_per_completion": ("objective/entropy",),
     "clip_ratio": ("clip_ratio/region_mean", "policy/clipfrac_avg"),
     "value_loss": ("loss/value_avg",),
-    # Held-out evaluation during training (rlhf/heldout.py), each with its 95% interval.
+    # Held-out evaluation during training (rlhf/evaluation/heldout.py), each with its 95% interval.
     **{f"eval_{name}{end}": (f"eval/{name}{end}",) for name in ("win_rate", "accuracy", "accuracy_gain")
        for end in ("", "_low", "_high")},
 }

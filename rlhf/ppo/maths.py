@@ -1,5 +1,5 @@
 # Copyright 2020-2026 The HuggingFace Team. All rights reserved.
-# Copyright 2026 The rlhf-trl-scripts authors (the changes listed below).
+# Changed in 2026 by the rlhf-trl-scripts authors from TRL 1.12.0 (the files the docstring names).
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
 # you may not use this file except in compliance with the License.
@@ -12,7 +12,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""PPO's maths and the models' passes, as functions: what `rlhf.ppo_trainer.PPOTrainer` computes a rollout with.
+"""PPO's maths and the models' passes, as functions: what `rlhf.ppo.trainer.PPOTrainer` computes a rollout with.
 
 Copied from TRL 1.12.0 (huggingface/trl, Apache-2.0) with the trainer: `trl/experimental/ppo/ppo_trainer.py`
 (`generate`, `batch_generation`, `truncate_response`, `forward`, `masked_mean/whiten`), `trl/experimental/utils.py`
@@ -212,7 +212,7 @@ def get_reward(model, query_responses, pad_token_id, context_length):
 
 def score_completions(reward_model, query_responses, pad_token_id, context_length):
     """The reward of each sequence: a sequence classifier's score (`get_reward`), or, for reward functions in the
-    reward model's place (`rlhf.ppo.PPORewards`), their weighted sum."""
+    reward model's place (`rlhf.ppo.models.PPORewards`), their weighted sum."""
     scorer = getattr(reward_model, "module", reward_model)  # a DeepSpeed engine wraps the reward model
     if hasattr(scorer, "score_completions"):
         return scorer.score_completions(query_responses, context_length)

@@ -4,7 +4,7 @@ Every `eval_steps` steps and at the last one, the policy samples completions for
 the rule of `evaluate_generations.py`), which are scored by the training's own reward functions and compared with the
 starting policy's completions (generated once, before the first step, and cached in the output folder for a resumed
 run): the win rate under the reward, and with the verifier (`boxed_answer`) the accuracy and its gain, each with a
-95% bootstrap interval over prompts (`rlhf.stats`). They are logged under `eval/` in TensorBoard and in
+95% bootstrap interval over prompts (`rlhf.evaluation.stats`). They are logged under `eval/` in TensorBoard and in
 `state.log_history`, printed in one line, and name the best checkpoint (`state.best_model_checkpoint`, which
 transformers' checkpoint rotation never deletes) among the checkpoints saved at an evaluation.
 
@@ -25,9 +25,9 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from rlhf.errors import UserError
-from rlhf.evaluation import draw_prompts, generate, held_out_prompts, score
+from rlhf.evaluation.generation import draw_prompts, generate, held_out_prompts, score
+from rlhf.evaluation.stats import compare, summarize
 from rlhf.processes import is_main_process, share_from_main_process
-from rlhf.stats import compare, summarize
 
 BASELINE_FILE = "heldout_baseline.json"  # the starting policy's scored completions, for a resumed run
 GENERATION_BATCH = 64  # sequences generated at once
@@ -38,7 +38,7 @@ def held_out_rows(training_args, data_args, tokenizer, reward_funcs, room=None):
     `--eval_dataset_name`, else from the rows of `--dataset_name` after the first `--max_samples` (those training
     uses). Call it before the models load: a dataset without held-out rows is a `UserError` costing seconds."""
     from rlhf.data import load_rows
-    from rlhf.reward_funcs import check_reward_columns
+    from rlhf.rewards.functions import check_reward_columns
 
     source, train_samples = training_args.eval_dataset_name, 0
     if source is None:
@@ -73,8 +73,9 @@ def eval_interval(eval_steps, max_steps):
 
 def heldout_metrics(completions, baseline, seed):
     """The `eval/` scalars of a policy's scored completions against the starting policy's, per prompt (as
-    `rlhf.stats.compare` takes them): the win rate under the reward (ties half) and, where the verifier scored
-    them, the accuracy and its gain over the starting policy; each with its 95% bootstrap interval (`_low`, `_high`).
+    `rlhf.evaluation.stats.compare` takes them): the win rate under the reward (ties half) and, where the verifier
+    scored them, the accuracy and its gain over the starting policy; each with its 95% bootstrap interval (`_low`,
+    `_high`).
     """
     comparison = compare(completions, baseline, seed=seed)
     metrics = {"eval/win_rate": comparison["win_rate"], "eval/win_rate_low": comparison["ci_low"],
@@ -99,7 +100,7 @@ def best_metric_name(metrics):
 
 def describe(step, metrics):
     """The console line of one evaluation."""
-    from rlhf.evaluation_report import gain_interval, win_interval
+    from rlhf.evaluation.report import gain_interval, win_interval
 
     m = metrics
     line = (f"held-out eval, step {step}: win rate {m['eval/win_rate']:.2f} "

@@ -5,7 +5,7 @@ A reward function follows TRL's signature: `func(prompts, completions, **columns
 a keyword argument holding one value per completion. `--reward_funcs` names them:
 
     reward_model        the frozen reward model at --reward_model_name_or_path (the default)
-    boxed_answer        1 / 0 / 0: the final \\boxed{...} answer is correct / wrong / missing (rlhf/verifier.py); a
+    boxed_answer        1 / 0 / 0: the final \\boxed{...} answer is correct / wrong / missing (rewards/verifier.py); a
                         completion cut off before its end scores the lower of wrong and missing
     boxed_format        1 if the completion gives a final \\boxed{...} answer, else 0 (a metric to log: see
                         `reward_order_problems` before paying it)
@@ -19,8 +19,8 @@ import logging
 import sys
 from pathlib import Path
 
-from rlhf import verifier
 from rlhf.errors import UserError
+from rlhf.rewards import verifier
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def completion_text(completion):
 class BoxedAnswer:
     """The math verifier as a reward function; the reference comes from `ground_truth` or a GSM8K `answer`.
 
-    A completion too costly to check (rlhf/verifier.py: pre-filter or time limit) scores as wrong and is counted
+    A completion too costly to check (verifier.py: pre-filter or time limit) scores as wrong and is counted
     in `timeouts`, with a warning for each batch that has one. A completion cut off at the length limit (it did not
     end: its last token is not one of `stop_token_ids`, read from the `completion_ids` that TRL passes, or `ended`)
     has no final answer yet: it scores the lower of wrong and missing, so running on never pays (a box repeated until
@@ -233,7 +233,7 @@ class CheckedRewardFunc:
         self.func, self.__name__ = func, name
 
     def __call__(self, prompts, completions, **kwargs):
-        from rlhf.reward import check_finite
+        from rlhf.rewards.reward_model import check_finite
 
         try:
             returned = self.func(prompts=prompts, completions=completions, **kwargs)

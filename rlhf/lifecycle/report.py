@@ -1,9 +1,9 @@
 """`run_report.json` and `run_report.md` in a training output_dir: what the run was, how fast, how it went.
 
-Written by the main process at each log and save, and once more at the end (`TrainingRun.finish`), atomically:
-the settings that matter, seconds per step and tokens per second, peak memory, the health alarms (`rlhf/health.py`),
-the held-out evaluations (every `eval/*` value in the Trainer's log history) and the best checkpoint by that
-held-out metric (transformers' `state.best_model_checkpoint`), never by the training reward.
+Written by the main process at each log and save, and once more at the end (`TrainingRun.finish`), atomically: the
+settings that matter, seconds per step and tokens per second, peak memory, the health alarms
+(`rlhf/lifecycle/health.py`), the held-out evaluations (every `eval/*` value in the Trainer's log history) and the best
+checkpoint by that held-out metric (transformers' `state.best_model_checkpoint`), never by the training reward.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""What train_ppo.py needs around the trainer (`rlhf.ppo_trainer.PPOTrainer`): the tokenizer check, the models
+"""What train_ppo.py needs around the trainer (`rlhf.ppo.trainer.PPOTrainer`): the tokenizer check, the models
 loaded, and `PPORewards`: GRPO's `--reward_funcs` (the verifier, a user's function, the reward model) and
 `--reward_weights` in the reward model's place, each function logged as `rewards/<name>/mean` and `std`, as GRPO logs
 it.
@@ -7,7 +7,7 @@ it.
 import torch
 
 from rlhf.errors import UserError
-from rlhf.ppo_maths import get_reward
+from rlhf.ppo.maths import get_reward
 
 
 def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
@@ -61,7 +61,7 @@ def load_ppo_models(model_args, training_args, tokenizer, resuming=False):
         trained_model_kwargs,
     )
     from rlhf.processes import is_main_process, on_gpu
-    from rlhf.reward import load_reward_model
+    from rlhf.rewards.reward_model import load_reward_model
 
     trust = training_args.trust_remote_code
     reward_path = training_args.reward_model_name_or_path
@@ -99,12 +99,12 @@ def load_ppo_models(model_args, training_args, tokenizer, resuming=False):
 class PPORewards(torch.nn.Module):
     """GRPO's reward functions, summed with their weights, in the place of PPO's reward model.
 
-    PPO scores a rollout's token ids with a sequence classifier (`rlhf.ppo_maths.score_completions`). Here the
+    PPO scores a rollout's token ids with a sequence classifier (`rlhf.ppo.maths.score_completions`). Here the
     completions are decoded as GRPO decodes them (special tokens dropped, one assistant message each) and passed with
     their prompt conversation and every other column of their dataset row (e.g. `ground_truth`) to each function, in
     TRL's reward-function signature; `reward_model` scores the policy's token ids as TRL does.
 
-    `funcs`: from `rlhf.reward_funcs.load_reward_funcs`, one per name (the reward model itself for `reward_model`);
+    `funcs`: from `rlhf.rewards.functions.load_reward_funcs`, one a name (the reward model itself for `reward_model`);
     `prompts`: the prompt dataset (`build_prompt_dataset`), `token_ids`: its rows as PPO's input ids, in its order;
     `stop_token_ids`: the run's (`rlhf.models.stop_token_ids`).
     """

@@ -6,9 +6,10 @@
   aborts at once: nothing has been trained since the newest checkpoint, so nothing is lost, and waiting for a step
   that may never end (a reward function that hangs, a generation that stalls) would leave a scheduler's SIGTERM
   unheeded. An abort ends in one line, exit code 130, no traceback.
-- A non-finite loss or gradient norm in the logs, or a non-finite reward (see `rlhf.reward.check_finite`), stops
-  the run before the next checkpoint is written, with the source and the step, exit code 1. The run is stopped
-  rather than the batch skipped: a NaN means something upstream is broken, and skipping would hide it.
+- A non-finite loss or gradient norm in the logs, or a non-finite reward (see
+  `rlhf.rewards.reward_model.check_finite`), stops the run before the next checkpoint is written, with the source and
+  the step, exit code 1. The run is stopped rather than the batch skipped: a NaN means something upstream is broken,
+  and skipping would hide it.
 """
 
 import math
@@ -17,11 +18,11 @@ import sys
 
 from transformers import TrainerCallback
 
-from rlhf.checkpoints import last_checkpoint
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, USER_ERROR_EXIT_CODE, NonFiniteError, UserError
-from rlhf.manifest import checkpoint_recorder
+from rlhf.lifecycle.checkpoints import last_checkpoint
+from rlhf.lifecycle.manifest import checkpoint_recorder
+from rlhf.lifecycle.signals import handle_stop_signals, restore
 from rlhf.processes import is_main_process
-from rlhf.signals import handle_stop_signals, restore
 from rlhf.trl_compat import NoStepPastTheEnd, ReachedTheEnd, ScheduleFromResumedStep, close_progress_bar
 
 # Logged values that must stay finite: GRPO/reward (`loss`, `grad_norm`) and PPO (`loss/*`).

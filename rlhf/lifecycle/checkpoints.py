@@ -1,6 +1,6 @@
 """A run's checkpoints: finding the newest complete one (what a launch resumes from), and reading and writing the
 files of a trainer's state that transformers' `Trainer` defines (weights as `save_pretrained` writes them, each
-process's random states), for a trainer that writes its checkpoints itself (`rlhf.ppo_trainer`)."""
+process's random states), for a trainer that writes its checkpoints itself (`rlhf.ppo.trainer`)."""
 
 import json
 import re

@@ -16,7 +16,7 @@
 
 One rollout, top to bottom, is `train()`: generate and score (`_rollout`), KL-penalised rewards, GAE and whitening
 (`_advantages`), PPO epochs of clipped losses (`_update`), logs and adaptive KL (`_log_rollout`). The maths are pure
-functions in `rlhf/ppo_maths.py`. Callbacks, logging and the trainer state are transformers' public pieces
+functions in `rlhf/ppo/maths.py`. Callbacks, logging and the trainer state are transformers' public pieces
 (`TrainerState`, `TrainerControl`, `CallbackHandler`), and a checkpoint holds the files transformers' `Trainer` writes
 (the policy, `optimizer.pt`, `scheduler.pt`, `rng_state*.pth`, `trainer_state.json` last) besides the value model, the
 KL coefficient and the order of the prompts; `train(resume_from_checkpoint=...)` goes on from one.
@@ -59,11 +59,11 @@ from trl.models.utils import prepare_deepspeed, unwrap_model_for_generation
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlhf.batches import rollout_chunk
-from rlhf.checkpoints import last_checkpoint, load_pretrained_weights, load_rng_state, save_rng_state
 from rlhf.errors import UserError
 from rlhf.kl_control import adaptive_kl_coef, kl_horizon_note
+from rlhf.lifecycle.checkpoints import last_checkpoint, load_pretrained_weights, load_rng_state, save_rng_state
 from rlhf.models import stop_token_ids
-from rlhf.ppo_maths import (
+from rlhf.ppo.maths import (
     batch_generation,
     clipped_policy_loss,
     clipped_value_loss,
@@ -91,8 +91,8 @@ STEP_STATS = {"approxkl": "policy/approxkl_avg", "pg_clipfrac": "policy/clipfrac
 VALUE_MODEL_DIR = "value_model"  # in a checkpoint and the output folder: the value model
 PPO_STATE = "ppo_state.json"  # in a checkpoint: the KL coefficient of the next rollout
 DATA_ORDER_FILE = "ppo_data_order.pt"  # in a checkpoint: the random states of the order of the prompts
-# The rest of a checkpoint's files, under the names transformers' Trainer gives them (what `rlhf.checkpoints` and
-# `rlhf.run` look for, and what checkpoints of earlier versions of this package hold).
+# The rest of a checkpoint's files, under the names transformers' Trainer gives them (what `lifecycle.checkpoints` and
+# `lifecycle.run` look for, and what checkpoints of earlier versions of this package hold).
 TRAINER_STATE_FILE = "trainer_state.json"  # written last: a checkpoint without it is incomplete
 OPTIMIZER_FILE, SCHEDULER_FILE, SCALER_FILE = "optimizer.pt", "scheduler.pt", "scaler.pt"
 TRAINING_ARGS_FILE = "training_args.bin"
@@ -606,7 +606,7 @@ class PPOTrainer:
         hacking shows) and each reward function, over all processes (call it in each)."""
         gathered = self.accelerator.gather  # (as in _log_rollout)
         logged = {"objective/kl_coef": self.kl_coef}  # the coefficient this rollout was trained with
-        # decided alike in every process; the first is what rlhf.health's no_learning_signal alarm reads
+        # decided alike in every process; the first is what rlhf.lifecycle.health's no_learning_signal alarm reads
         logged["objective/rollout_without_signal"] = float(self.without_signal)
         logged["objective/advantages_zeroed"] = float(self.advantages_zeroed)
         if self.advantages_zeroed and not self._said_zeroed and self.accelerator.is_main_process:
@@ -636,7 +636,7 @@ class PPOTrainer:
     @contextmanager
     def generating_aside(self):
         """Within it, what reward functions score is not logged as training (the held-out evaluation, which keeps
-        training's random state as it was itself: rlhf.heldout)."""
+        training's random state as it was itself: rlhf.evaluation.heldout)."""
         recording = getattr(self.reward_model, "recording", None)
         if recording is not None:
             self.reward_model.recording = False
@@ -651,7 +651,7 @@ class PPOTrainer:
     def save_checkpoint(self):
         """`checkpoint-{global_step}` in `output_dir`: the order of the prompts, the value model and KL coefficient,
         the policy (with LoRA, its adapter), the optimizer, scheduler and random states, and `trainer_state.json`
-        last (`rlhf.checkpoints` trusts only a checkpoint that has it); then checkpoints beyond `save_total_limit`
+        last (`lifecycle.checkpoints` trusts only a checkpoint that has it); then checkpoints beyond `save_total_limit`
         go, oldest first (never the newest nor the best). Call it in every process."""
         args = self.args
         checkpoint = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

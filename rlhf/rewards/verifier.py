@@ -1,7 +1,7 @@
 r"""The math verifier: the final answer of a completion, and whether it equals the reference answer.
 
 `verdict(text, reference)` says CORRECT, WRONG, MISSING (no final answer) or TIMEOUT (too costly to check, scored
-as wrong). The `boxed_answer` reward (rlhf/reward_funcs.py) and the evaluation's verifier accuracy are built on it.
+as wrong). The `boxed_answer` reward (rewards/functions.py) and the evaluation's verifier accuracy are built on it.
 
 The final answer (the extraction rule)
     Only `\boxed{...}` (or `\fbox{...}`) is read: text outside the boxes is never graded, and a completion without
@@ -36,7 +36,7 @@ Cost bound
       (TIME_LIMIT by default). A worker past it is abandoned and stopped at its next Python instruction
       (`PyThreadState_SetAsyncExc`); what math-verify and SymPy do on a pre-filtered answer is Python, so it stops.
     Both give TIMEOUT. math-verify (~0.4 s to import, ~0.3 s more to set up its parser) is loaded on the first
-    verdict, outside the time limit; `import rlhf.verifier` does not import it.
+    verdict, outside the time limit; `import rlhf.rewards.verifier` does not import it.
 """
 
 import ctypes

@@ -3,7 +3,7 @@
 Every check reads the metrics the trainers already log (`on_log`): no extra generation, no extra forward pass.
 Each alarm is raised at most once per run, printed by the main process as one `health:` line that names the metric,
 its value, the threshold, the step and the flags to change, logged to TensorBoard as `health/<name>` = 1 (the tag
-reads `train/health/<name>`, as every training scalar), and listed in `run_report.json` (`rlhf/report.py`).
+reads `train/health/<name>`, as every training scalar), and listed in `run_report.json` (`rlhf/lifecycle/report.py`).
 
 The thresholds come from the bundled SmolLM2-135M-Instruct's math quickstart (`python quickstart.py --task math`,
 CPU, seed 42; a healthy run that lifts verifier accuracy from ~1% to 20-35%): its range is written beside each
@@ -13,8 +13,8 @@ threshold, and it raises no alarm. docs/health.md says what each alarm means and
 import dataclasses
 import math
 
-from rlhf.metrics import reward_function
-from rlhf.stats import correlation
+from rlhf.evaluation.metrics import reward_function
+from rlhf.evaluation.stats import correlation
 
 # How many consecutive logs a level must hold before it counts: one noisy batch is not a trend.
 WINDOW = 3

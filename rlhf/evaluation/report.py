@@ -62,7 +62,7 @@ def format_table(results, comparison):
 def scoring_record(rewards, weights, reward_model_dtype):
     """What scored the completions: the reward functions and their weights, the reward model (path, and the dtype
     it loaded in), the verifier's settings; the report records it beside the models and sampling settings."""
-    from rlhf import verifier
+    from rlhf.rewards import verifier
 
     record = {"reward_funcs": list(rewards.reward_funcs), "reward_weights": list(weights)}
     if "reward_model" in rewards.reward_funcs:

@@ -1,17 +1,17 @@
 """What a launch does with its output folder (fresh, resume, continue, nothing to do) and the `TrainingRun` lifecycle.
 
-Nothing here deletes anything of the user's; `rlhf.lock` keeps a folder to one run, `rlhf.manifest` records what
-produced it, `rlhf.checkpoints` finds what to resume from.
+Nothing here deletes anything of the user's; `rlhf.lifecycle.lock` keeps a folder to one run,
+`rlhf.lifecycle.manifest` records what produced it, `rlhf.lifecycle.checkpoints` finds what to resume from.
 """
 
 import dataclasses
 import json
 from pathlib import Path
 
-from rlhf.checkpoints import is_complete, last_checkpoint
 from rlhf.errors import NothingToDo, UserError
-from rlhf.lock import lock_output_dir, release_locks
-from rlhf.manifest import (
+from rlhf.lifecycle.checkpoints import is_complete, last_checkpoint
+from rlhf.lifecycle.lock import lock_output_dir, release_locks
+from rlhf.lifecycle.manifest import (
     MANIFEST,
     changed_flags,
     config_sections,
@@ -306,8 +306,8 @@ class TrainingRun:
     output_dir: str
     launch: Launch
     recorded: bool = False
-    health: object = None  # the run's HealthCallback (rlhf/health.py), from `train`
-    report: object = None  # its RunReport (rlhf/report.py)
+    health: object = None  # the run's HealthCallback (rlhf/lifecycle/health.py), from `train`
+    report: object = None  # its RunReport (rlhf/lifecycle/report.py)
 
     @property
     def checkpoint(self):
@@ -323,7 +323,7 @@ class TrainingRun:
     def train(self, trainer):
         """`trainer.train()` (from the launch's checkpoint, if any) under `guarded_train`: Ctrl-C or SIGTERM saves a
         checkpoint and exits 130, a non-finite value exits 1. Returns only when training ran to its end."""
-        from rlhf.guard import guarded_train  # it imports transformers
+        from rlhf.lifecycle.guard import guarded_train  # it imports transformers
 
         if not self.recorded:
             raise RuntimeError("record() the launch before training: each checkpoint keeps a copy of its manifest")
@@ -333,8 +333,8 @@ class TrainingRun:
     def _watch(self, trainer):
         """Add the health checks and the run report. The health callback goes before the reporting callbacks
         (TensorBoard...), so that the `health/<name>` values it adds to a log reach them."""
-        from rlhf.health import Alarm, health_callback
-        from rlhf.report import RunReport, read_report, report_callback, settings
+        from rlhf.lifecycle.health import Alarm, health_callback
+        from rlhf.lifecycle.report import RunReport, read_report, report_callback, settings
         from rlhf.trl_compat import add_callback_before_reporters
 
         earlier = []  # a resumed or continued run keeps its alarms and does not raise them again
@@ -365,7 +365,7 @@ class TrainingRun:
     def check_reward_accuracy(self, trainer, accuracy, num_pairs):
         """The reward model's held-out pairwise accuracy, known once training has ended: near chance is a health
         alarm (printed, logged to TensorBoard, in the run report)."""
-        from rlhf.health import log_after_training
+        from rlhf.lifecycle.health import log_after_training
 
         alarm = self.health.monitor.reward_accuracy(accuracy, num_pairs, trainer.state.global_step)
         if alarm is not None and is_main_process():

@@ -2,7 +2,7 @@
 
 - Outside training and evaluation (models loading, saving): stop at once, in one line, exit 130 (`abort`, installed
   for SIGTERM by `rlhf.cli.exit_on_user_error`; Ctrl-C is Python's KeyboardInterrupt already).
-- Training: finish the step, save a checkpoint, then stop; a second signal aborts (`rlhf.guard.TrainingGuard`).
+- Training: finish the step, save a checkpoint, then stop; a second signal aborts (`guard.TrainingGuard`).
 - Evaluation: keep the models finished, then stop; a second signal aborts (`StopOnSignal`).
 """
 
