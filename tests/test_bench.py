@@ -330,8 +330,9 @@ def test_a_run_past_its_deadline_is_stopped_with_everything_it_started(tmp_path,
 @pytest.mark.slow
 def test_the_gpu_check_on_tiny_models_writes_each_parts_figures_and_keeps_what_a_cut_part_measured(tmp_path):
     out = tmp_path / "out"
-    # --steps 100: the timed runs would take minutes; their parts' budgets stop the first run of each part mid-way.
-    result = run_script("bench/gpu_check.py", "--allow_cpu", "--model", "tiny", "--seeds", "42", "--steps", "100",
+    # --steps 1000: the timed runs would take minutes; their parts' budgets stop the first run of each part mid-way
+    # (100 tiny GRPO steps ended inside a 40 s budget once the cores were warm).
+    result = run_script("bench/gpu_check.py", "--allow_cpu", "--model", "tiny", "--seeds", "42", "--steps", "1000",
                         "--max_completion_length", "8", "--part_budget", "grpo_vs_trl=40", "ppo_chunks=40", "--out",
                         out, "--work_dir", tmp_path / "work", timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -356,9 +357,7 @@ def test_the_gpu_check_on_tiny_models_writes_each_parts_figures_and_keeps_what_a
         assert re.search(rf"^\| {r['run']} \| 0 \| - \| - \| - \| {r['peak_rss_gb']} \|", markdown, re.MULTILINE)
     for name, first, rest in (("grpo_vs_trl", "grpo_trl_settings", 3), ("ppo_chunks", "ppo_chunk16", 1)):
         part = report["parts"][name]
-        # Once, on cores shared by three suites, one run of a part ended inside its budget (cause not found): the
-        # test asks for a stopped run that kept its figures, wherever it stands in the part.
-        assert re.fullmatch(rf"cut short at its budget: [01] of {rest + 1} runs finished", part["status"])
+        assert part["status"] == f"cut short at its budget: 0 of {rest + 1} runs finished"
         assert part["wall_s"] <= 40 + gpu_check.STOP_GRACE_S + 5 and part["ratio"] is None
         stopped = next(r for r in part["results"] if r.get("stopped"))
         after = part["results"][part["results"].index(stopped) + 1:]
