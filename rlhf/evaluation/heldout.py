@@ -156,7 +156,8 @@ class HeldOutEvaluation(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
         due = step % eval_interval(args.eval_steps, state.max_steps) == 0 or step >= state.max_steps
-        if not due:
+        # PPO's critic warm-up holds the policy still: it is the starting policy, evaluated at step 0
+        if not due or step <= getattr(args, "critic_warmup", 0):
             return
         best = None
         if is_main_process():  # one process generates and scores
