@@ -121,8 +121,9 @@ def say(line):
 
 class HeldOutEvaluation(TrainerCallback):
     """Evaluates the policy on held-out prompts at step 0 (the starting policy, the baseline), every `eval_steps`
-    steps (past PPO's critic warm-up) and at the last step, in `on_step_end`: before a checkpoint of that step is saved, so that it holds the
-    evaluated weights. On the main process only (the others go on to the next step and wait for it there)."""
+    steps (past PPO's critic warm-up) and at the last step, in `on_step_end`: before a checkpoint of that step is
+    saved, so that it holds the evaluated weights. On the main process only (the others go on to the next step and
+    wait for it there)."""
 
     def __init__(self, trainer, policy, tokenizer, rows, row_numbers, reward_funcs, reward_weights, where,
                  temperature, top_p, resumed_from=None, aside=contextlib.nullcontext, stop_token_ids=None):
