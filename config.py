@@ -657,7 +657,19 @@ class PPOTrainingConfig(TrainingArguments):
         default="k1", metadata={"help": "KL estimator: k1 (unbiased) or k3 (unbiased, lower variance, never < 0)."}
     )
     gamma: float = field(default=1.0, metadata={"help": "Discount factor."})
-    lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda of the policy's advantages."})
+    value_lam: float | None = field(
+        default=None,
+        metadata={"help": "GAE lambda of the returns the value model learns (decoupled GAE, VC-PPO / VAPO: 1.0 "
+                  "regresses it on the rewards to come, a target free of its own errors). Default: --lam."},
+    )
+    critic_warmup: int = field(
+        default=0,
+        metadata={"help": "The first N rollouts train the value model alone (verl's critic_warmup): the policy, its "
+                  "optimizer state and learning-rate schedule hold still, the KL coefficient too; the value model "
+                  "learns at --learning_rate. They count toward --max_steps / --total_episodes: the policy trains "
+                  "in the rollouts after them, over which its schedule runs."},
+    )
     whiten_rewards: bool = field(
         default=False, metadata={"help": "Whiten the per-token rewards over the rollout (every process's) before GAE."}
     )
@@ -752,6 +764,12 @@ class PPOTrainingConfig(TrainingArguments):
             raise ValueError(f"--target_kl must be > 0 (or unset for a fixed kl_coef), got {self.target_kl}.")
         if self.kl_coef < 0:
             raise ValueError(f"--kl_coef must be >= 0, got {self.kl_coef}.")
+        for name in ("lam", "value_lam"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise ValueError(f"--{name} must be between 0 and 1, got {value}.")
+        if self.critic_warmup < 0:
+            raise ValueError(f"--critic_warmup must be >= 0 rollouts (0: none), got {self.critic_warmup}.")
         if self.target_kl is not None and self.kl_coef == 0:  # the controller multiplies: 0 would stay 0 for ever
             raise ValueError("--target_kl adapts --kl_coef, which is 0 here (a coefficient of 0 never moves); give "
                              "--kl_coef > 0 (e.g. 0.05) or drop --target_kl.")

@@ -23,6 +23,7 @@ import logging
 
 from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments, Sampling
 from rlhf import preflight
+from rlhf.batches import ppo_rollouts
 from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
@@ -36,7 +37,7 @@ from rlhf.rewards.reward_model import ensure_distinct_pad
 def main(model_args, data_args, training_args):
     # Imported here, inside cli(): after the flags are parsed, so that --help and a flag's error come at once.
     from rlhf.ppo.models import PPORewards, load_ppo_models
-    from rlhf.ppo.trainer import VALUE_MODEL_DIR, PPOTrainer
+    from rlhf.ppo.trainer import VALUE_MODEL_DIR, PPOTrainer, check_critic_warmup
 
     configs = (model_args, data_args, training_args)
     tokenizer = preflight.ppo(*configs)  # every check before any weights load or any folder is taken
@@ -63,6 +64,9 @@ def main(model_args, data_args, training_args):
                                       "rollout")
     if note and is_main_process():
         print(note, flush=True)
+    check_critic_warmup(training_args.critic_warmup, ppo_rollouts(
+        training_args.total_episodes, training_args.num_train_epochs, len(train_dataset),
+        training_args.prompts_per_rollout))
     if training_args.eval_prompts:  # held-out prompts, drawn before any model loads
         from rlhf.evaluation import heldout
 

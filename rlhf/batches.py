@@ -186,6 +186,14 @@ def ppo_episodes(total_episodes, max_steps, prompts_per_rollout):
     return math.ceil(total_episodes / prompts_per_rollout) * prompts_per_rollout
 
 
+def ppo_rollouts(total_episodes, num_train_epochs, num_prompts, prompts_per_rollout):
+    """The rollouts a PPO run trains, as its trainer counts them: `total_episodes` (else `num_train_epochs` passes
+    over `num_prompts` prompts) in rollouts of `prompts_per_rollout`, the last one whole."""
+    if total_episodes is None:
+        total_episodes = int(num_train_epochs * num_prompts)
+    return math.ceil(total_episodes / prompts_per_rollout)
+
+
 def rollout_chunk(prompts, budget_bytes, vocabulary, prompt_tokens, completion_tokens, logit_bytes=4):
     """Prompts per generate call and no-grad forward pass of a PPO rollout of `prompts` (per process): all of them in
     one call where `budget_bytes` holds it, else the largest divisor of `prompts` that fits (at least 1). Without a

@@ -14,6 +14,7 @@ from rlhf.checks import (
 )
 from rlhf.data import check_dataset_source
 from rlhf.errors import UserError
+from rlhf.processes import launched_engine
 from rlhf.rewards.functions import check_reward_funcs, check_reward_order, check_reward_weights
 from rlhf.rewards.reward_model import REWARD_HINT, check_reward_model, check_value_model
 
@@ -61,6 +62,10 @@ def ppo(model_args, data_args, training_args):
         problems.run(check_value_model, value_path, trust)
     problems.run(check_quantization, model_args)
     problems.run(check_report_to, training_args.report_to)
+    if training_args.critic_warmup and launched_engine():
+        from rlhf.ppo.trainer import CRITIC_WARMUP_ENGINES
+
+        problems.add(CRITIC_WARMUP_ENGINES)
     problems.raise_them()
     _warn(check_reward_order(reward_funcs, training_args.reward_weights, training_args.boxed_rewards))
     tokenizer = load_tokenizer(policy_path, trust)

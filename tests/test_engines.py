@@ -148,6 +148,16 @@ def test_a_lora_reward_model_under_zero3_is_refused(tiny_models, tmp_path):
 
 
 @launched
+def test_a_ppo_critic_warmup_under_zero2_is_refused_before_any_model_loads(tiny_models, tmp_path):
+    # ZeRO's optimizer holds the policy and the value model flattened together: the policy's AdamW state cannot be
+    # held still alone.
+    result = launch("deepspeed_zero2", "train_ppo.py", *ppo_args(tiny_models, tmp_path / "ppo", "--max_steps", "2",
+                                                                  "--critic_warmup", "1"))
+    assert "--critic_warmup is not supported under DeepSpeed or FSDP" in error_line(_first_worker(result))
+    assert not (tmp_path / "ppo").exists()
+
+
+@launched
 def test_fsdp_on_cpu_processes_is_refused_rather_than_run_as_ddp(tiny_models, tmp_path):
     result = launch("fsdp", "train_grpo.py", *grpo_args(tiny_models, tmp_path / "fsdp", "--max_steps", "1"))
     assert "fsdp.yaml (FSDP) needs CUDA GPUs" in error_line(_first_worker(result))

@@ -224,3 +224,24 @@ def test_a_run_resumes_with_the_held_out_evaluation_turned_on_or_changed(tmp_pat
     checkpoint = make_checkpoint(tmp_path, 3)
     launch = prepare_output_dir(tmp_path, [Settings(eval_prompts=8, eval_steps=5)])  # it measures, trains nothing
     assert launch.checkpoint == checkpoint and launch.changes == {"eval_prompts": [0, 8], "eval_steps": [None, 5]}
+
+
+def test_ppo_held_out_evaluation_waits_out_the_critic_warmup_which_holds_the_starting_policy(monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from rlhf.evaluation.heldout import HeldOutEvaluation
+
+    args = SimpleNamespace(eval_completions=2, max_completion_length=8, seed=0, eval_steps=1, critic_warmup=2)
+    evaluation = HeldOutEvaluation(SimpleNamespace(args=args), None, None, [], [], [], None, "held-out prompts",
+                                   0.7, 0.9)
+    evaluated = []
+    monkeypatch.setattr(evaluation, "_completions", lambda: evaluated.append(state.global_step) or ([], 0.0))
+    monkeypatch.setattr("rlhf.evaluation.heldout.heldout_metrics", lambda *args: {"eval/win_rate": 0.5})
+    monkeypatch.setattr(evaluation, "_log", lambda *args: None)
+    state = TrainerState(max_steps=4)
+    for step in range(1, 5):
+        state.global_step = step
+        evaluation.on_step_end(args, state, TrainerControl())
+    assert evaluated == [3, 4]  # after the 2 rollouts of the warm-up, every --eval_steps 1

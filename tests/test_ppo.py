@@ -263,6 +263,26 @@ def test_gae_on_a_reward_at_the_last_token(gamma, lam, advantages, returns):
     assert got_returns[0].tolist() == pytest.approx(returns)
 
 
+@pytest.mark.parametrize("value_lam, returns", [
+    (1.0, [1.0, 1.0, 1.0]),  # Monte Carlo: the reward still to come, whatever the values say
+    (0.0, [0.2, 0.6, 1.0]),  # TD(0): r_t + V_{t+1}
+    (0.5, [0.5, 0.8, 1.0]),  # the policy's own lambda: A + V
+    (None, [0.5, 0.8, 1.0]),
+])
+def test_gae_with_a_value_lambda_of_its_own_changes_the_returns_and_not_the_advantages(value_lam, returns):
+    import torch
+
+    from rlhf.ppo.maths import gae
+
+    rewards, values = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.2, 0.6]])
+    # TD errors r_t + V_{t+1} - V_t: -0.3, 0.4, 0.4; at lam 0.5 each step back adds half the next advantage
+    advantages, got_returns = gae(rewards, values, 1.0, 0.5, value_lam)
+    assert advantages[0].tolist() == pytest.approx([0.0, 0.6, 0.4])
+    assert got_returns[0].tolist() == pytest.approx(returns)
+    if value_lam in (None, 0.5):  # the same computation as without it, to the bit
+        assert torch.equal(got_returns, gae(rewards, values, 1.0, 0.5)[1])
+
+
 def test_the_clipped_value_loss_keeps_the_larger_error():
     import torch
 

@@ -597,3 +597,71 @@ def test_gradient_checkpointing_is_applied_to_both_trained_models_and_changes_no
         weights[checkpointing] = [p.detach().clone() for model in (trainer.trained_policy, trainer.trained_value_model)
                                   for p in model.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(weights[False], weights[True]))  # the same operations, recomputed
+
+
+# ---- The critic's warm-up (--critic_warmup) ----
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_critic_warmup_trains_the_value_model_alone_and_the_policys_schedule_starts_after_it(tiny_models, tmp_path,
+                                                                                            lora):
+    import torch
+    from transformers import TrainerCallback
+
+    # 4 rollouts of 2 prompts, the first 2 the warm-up; weight decay would move every policy weight AdamW stepped
+    trainer = tiny_ppo(tiny_models, tmp_path, lora=lora, per_device_train_batch_size=2, total_episodes=8,
+                       critic_warmup=2, learning_rate=1e-3, weight_decay=0.1, lr_scheduler_type="linear")
+    trainer.reward_model = _Scores(equal=False)
+    policy = [p for p in trainer.trained_policy.parameters() if p.requires_grad]
+    value = list(trainer.trained_value_model.parameters())
+    start = {"policy": [p.detach().clone() for p in policy], "value": [p.detach().clone() for p in value]}
+    seen = {}
+
+    class AfterEach(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen[state.global_step] = {
+                "policy": [p.detach().clone() for p in policy], "value": [p.detach().clone() for p in value],
+                "policy state": sum(p in trainer.optimizer.state for p in policy),
+                "schedule": trainer.lr_scheduler.last_epoch, "lr": trainer.state.log_history[-1]["lr"],
+                "warm-up": trainer.state.log_history[-1]["objective/critic_warmup"]}
+
+    trainer.add_callback(AfterEach())
+    trainer.train()
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    for step in (1, 2):  # the policy, its AdamW state and its schedule untouched; the value model learns
+        assert same(seen[step]["policy"], start["policy"]) and seen[step]["policy state"] == 0
+        assert seen[step]["schedule"] == 0 and seen[step]["warm-up"] == 1.0 and seen[step]["lr"] == 1e-3
+        assert not same(seen[step]["value"], seen.get(step - 1, start)["value"])
+    # the policy's first step at the schedule's first rate, which decays over the policy's 2 rollouts (not 4)
+    assert not same(seen[3]["policy"], start["policy"]) and seen[3]["policy state"] == len(policy)
+    assert [seen[step]["lr"] for step in (3, 4)] == pytest.approx([1e-3, 0.5e-3])
+    assert [seen[step]["schedule"] for step in (3, 4)] == [1, 2] and seen[3]["warm-up"] == 0.0
+    # AdamW's first step of the policy after the warm-up is its first: no count carried from the warm-up
+    assert all(trainer.optimizer.state[p]["step"].item() == 2 for p in policy)
+
+
+def test_a_critic_warmup_holds_the_kl_coefficient_and_a_schedule_that_warms_up_still_trains_the_value_model(
+        tiny_models, tmp_path):
+    import torch
+
+    trainer = tiny_ppo(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=4, critic_warmup=1,
+                       target_kl=6.0, learning_rate=1e-3, warmup_steps=1)
+    trainer.reward_model = _Scores(equal=False)
+    value = [p.detach().clone() for p in trainer.trained_value_model.parameters()]
+    trainer.train()  # 2 rollouts: the warm-up, then one the policy trains on at the schedule's first rate, 0
+    logs = [entry for entry in trainer.state.log_history if "objective/kl_coef" in entry]
+    assert [entry["objective/critic_warmup"] for entry in logs] == [1.0, 0.0]
+    assert [entry["lr"] for entry in logs] == [1e-3, 0.0]
+    assert logs[1]["objective/kl_coef"] == 0.05  # the warm-up's KL did not move it
+    assert trainer.kl_coef < 0.05  # the policy's rollout did
+    assert any(not torch.equal(p, q) for p, q in zip(trainer.trained_value_model.parameters(), value))
+
+
+def test_a_critic_warmup_of_every_rollout_is_refused_in_one_line(tiny_models, tmp_path):
+    from rlhf.errors import UserError
+
+    with pytest.raises(UserError, match=r"--critic_warmup 2 leaves the policy no rollout of the run's 2 to train on"):
+        tiny_ppo(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=4, critic_warmup=2)

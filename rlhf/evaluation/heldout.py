@@ -121,8 +121,9 @@ def say(line):
 
 class HeldOutEvaluation(TrainerCallback):
     """Evaluates the policy on held-out prompts at step 0 (the starting policy, the baseline), every `eval_steps`
-    steps and at the last step, in `on_step_end`: before a checkpoint of that step is saved, so that it holds the
-    evaluated weights. On the main process only (the others go on to the next step and wait for it there)."""
+    steps (past PPO's critic warm-up) and at the last step, in `on_step_end`: before a checkpoint of that step is
+    saved, so that it holds the evaluated weights. On the main process only (the others go on to the next step and
+    wait for it there)."""
 
     def __init__(self, trainer, policy, tokenizer, rows, row_numbers, reward_funcs, reward_weights, where,
                  temperature, top_p, resumed_from=None, aside=contextlib.nullcontext, stop_token_ids=None):
@@ -156,7 +157,8 @@ class HeldOutEvaluation(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
         due = step % eval_interval(args.eval_steps, state.max_steps) == 0 or step >= state.max_steps
-        if not due:
+        # PPO's critic warm-up holds the policy still: it is the starting policy, evaluated at step 0
+        if not due or step <= getattr(args, "critic_warmup", 0):
             return
         best = None
         if is_main_process():  # one process generates and scores

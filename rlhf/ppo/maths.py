@@ -114,10 +114,21 @@ def kl_penalized_rewards(scores, logprobs, ref_logprobs, sequence_lengths, kl_co
     return rewards, kl, non_score_reward
 
 
-def gae(rewards, values, gamma, lam):
+def gae(rewards, values, gamma, lam, value_lam=None):
     """Generalized advantage estimation (Schulman et al. 2016), from the last token back:
     delta_t = r_t + gamma V_{t+1} - V_t,  A_t = delta_t + gamma lam A_{t+1}  (V and A are 0 past the end).
-    Returns (advantages, returns = A + V, what the value model learns)."""
+    Returns (advantages, returns = A + V, what the value model learns).
+
+    With `value_lam` (decoupled GAE, VC-PPO / VAPO: arXiv 2503.01491, 2504.05118), the returns are A' + V with A'
+    GAE's at `value_lam`: at 1.0 (and gamma 1) the sum of the rewards still to come, a target that does not lean on
+    the value model's own estimates; the policy's advantages keep `lam`."""
+    advantages = _gae_advantages(rewards, values, gamma, lam)
+    if value_lam is None or value_lam == lam:
+        return advantages, advantages + values
+    return advantages, _gae_advantages(rewards, values, gamma, value_lam) + values
+
+
+def _gae_advantages(rewards, values, gamma, lam):
     lastgaelam = 0
     advantages_reversed = []
     length = rewards.shape[1]
@@ -126,8 +137,7 @@ def gae(rewards, values, gamma, lam):
         delta = rewards[:, t] + gamma * nextvalues - values[:, t]
         lastgaelam = delta + gamma * lam * lastgaelam
         advantages_reversed.append(lastgaelam)
-    advantages = torch.stack(advantages_reversed[::-1], axis=1)
-    return advantages, advantages + values
+    return torch.stack(advantages_reversed[::-1], axis=1)
 
 
 def clipped_value_loss(predicted, old_values, returns, cliprange_value, mask):

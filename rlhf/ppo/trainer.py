@@ -212,6 +212,7 @@ class PPOTrainer:
         if args.max_steps > 0:  # PPO's steps are rollouts (the parser sets total_episodes so too; a config built in
             args.total_episodes = args.max_steps * args.batch_size  # code may not have been through it)
         args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)  # may train beyond total_episodes
+        check_critic_warmup(args.critic_warmup, args.num_total_batches)
         self.local_seed = args.seed + accelerator.process_index * 100003  # Prime
         self.local_dataloader_batch_size = args.local_batch_size
         # Prompts per generate call and no-grad forward pass of a rollout. Decoding is launch-bound on a GPU: there,
@@ -239,6 +240,8 @@ class PPOTrainer:
         self.model = PolicyAndValueWrapper(self.policy_model, self.value_model)
         self.is_deepspeed_enabled = getattr(accelerator.state, "deepspeed_plugin", None) is not None
         self.is_fsdp_enabled = getattr(accelerator.state, "fsdp_plugin", None) is not None
+        if args.critic_warmup and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
+            raise UserError(CRITIC_WARMUP_ENGINES)
         # Generation turns gradient checkpointing off and back on (trl's unwrap_model_for_generation), where it would
         # only slow decoding down.
         self.gradient_checkpointing_kwargs = args.gradient_checkpointing_kwargs or {"use_reentrant": False}
@@ -247,10 +250,12 @@ class PPOTrainer:
         self.model.config = self.policy_model.config  # TensorBoard's callback records it with the run
         if self.optimizer is None:
             self.optimizer = create_optimizer(self.model, args)
-        if self.lr_scheduler is None:  # it steps once per rollout (in train()), not per optimizer step
+        if self.lr_scheduler is None:  # it steps once per rollout the policy trains on (in train()), not per
+            # optimizer step: over the rollouts after the critic's warm-up
+            policy_rollouts = args.num_total_batches - args.critic_warmup
             self.lr_scheduler = get_scheduler(args.lr_scheduler_type, self.optimizer,
-                                              num_warmup_steps=args.get_warmup_steps(args.num_total_batches),
-                                              num_training_steps=args.num_total_batches,
+                                              num_warmup_steps=args.get_warmup_steps(policy_rollouts),
+                                              num_training_steps=policy_rollouts,
                                               scheduler_specific_kwargs=args.lr_scheduler_kwargs)
         # transformers' callbacks: when to log and save (DefaultFlowCallback), the reporting integrations
         # (TensorBoard...), the caller's, then the progress bar (or one printed line per log)
@@ -307,6 +312,7 @@ class PPOTrainer:
             self.reward_model.reward_model = scorer
 
         self.kl_coef = args.kl_coef  # the KL penalty coefficient of the next rollout (adapts with target_kl)
+        self.critic_warming = False  # whether the rollout in flight is one of the critic's warm-up (value model only)
         self.without_signal = False  # whether every completion of the last rollout scored the same
         self.advantages_zeroed = False  # whether the last rollout's advantages were set to 0 for it
         self._said_zeroed = False  # the console line on a rollout without signal comes once
@@ -371,10 +377,16 @@ class PPOTrainer:
             if steps is not None:
                 setattr(self.state, name, math.ceil(self.state.max_steps * steps) if steps < 1 else steps)
         if args.target_kl and self.accelerator.is_main_process:  # a controller too slow for the run is said
-            line = kl_horizon_note("--kl_coef", args.target_kl, args.num_total_batches - 1, args.batch_size,
-                                   args.kl_horizon, "episodes", "rollouts")
+            # it adapts after each rollout the policy trains on, but the last
+            line = kl_horizon_note("--kl_coef", args.target_kl, args.num_total_batches - args.critic_warmup - 1,
+                                   args.batch_size, args.kl_horizon, "episodes", "rollouts")
             if line:
                 print(line, flush=True)
+        if args.critic_warmup and self.accelerator.is_main_process:
+            print(f"note: --critic_warmup {args.critic_warmup}: the first {args.critic_warmup} of the run's "
+                  f"{args.num_total_batches} rollouts train the value model alone, at --learning_rate; the policy "
+                  f"trains in the other {args.num_total_batches - args.critic_warmup}, over which its learning-rate "
+                  "schedule runs (objective/critic_warmup marks the warm-up)", flush=True)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
 
         def passes():  # one dataloader batch per rollout, pass after pass over the prompts
@@ -384,14 +396,16 @@ class PPOTrainer:
         batches = passes()
         for _ in range(self._first_batch, args.num_total_batches):
             self.state.episode += args.batch_size
+            if args.critic_warmup:
+                self._enter_phase(self.state.global_step < args.critic_warmup)
             rollout = self._rollout(next(batches)["input_ids"].to(self.accelerator.device))
             self._advantages(rollout)
             stats = self._update(rollout)
             self._log_rollout(rollout, stats)
-            # The learning-rate schedule counts the policy's steps: a rollout without signal does not spend it, so
-            # the policy's real steps run at the rates of a run without such rollouts (the value model, stepped at
-            # the rate held, still learns from it).
-            if not self.advantages_zeroed:
+            # The learning-rate schedule counts the policy's steps: a rollout without signal or of the critic's
+            # warm-up does not spend it, so the policy's real steps run at the rates of a run without such rollouts
+            # (the value model, stepped at the rate held, still learns from it).
+            if not (self.advantages_zeroed or self.critic_warming):
                 self.lr_scheduler.step()
             self.control = self.callback_handler.on_step_end(args, self.state, self.control)
             if self.control.should_save:
@@ -405,6 +419,16 @@ class PPOTrainer:
         if self.control.should_save:
             self.save_checkpoint()
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
+    def _enter_phase(self, warming):
+        """Before a rollout: whether it is one of the critic's warm-up, and the learning rates it trains at. In the
+        warm-up the value model learns at the schedule's peak rates (a schedule that warms up would start it at 0)
+        and the policy takes no step (`_update`); from the first rollout after it, the schedule's own rates. Set
+        before every rollout, so that a resumed run trains at the rates an uninterrupted one does."""
+        self.critic_warming = warming
+        rates = self.lr_scheduler.base_lrs if warming else self.lr_scheduler.get_last_lr()
+        for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
 
     @torch.no_grad()
     def _rollout(self, queries):
@@ -486,7 +510,7 @@ class PPOTrainer:
             rewards = masked_whiten(rewards, mask=~r.padding_mask_p1, shift_mean=False, total=total)
             rewards = torch.masked_fill(rewards, r.padding_mask_p1, 0)
         # 4. Advantages by GAE; the value model learns the returns A + V.
-        advantages, r.returns = gae(rewards, r.values, args.gamma, args.lam)
+        advantages, r.returns = gae(rewards, r.values, args.gamma, args.lam, args.value_lam)
         # 5. Whitening: the advantages of the rollout (every process's) scaled to mean 0 and variance 1, with
         # whiten_advantages (unwhitened, one right answer in 16 pushes itself up, not the 15 others down).
         if args.whiten_advantages:
@@ -499,7 +523,7 @@ class PPOTrainer:
         # together; a rollout of one completion is never judged flat.
         self.without_signal = rollout_without_signal(self.accelerator.gather(r.scores))
         self.advantages_zeroed = args.skip_rollouts_without_signal and self.without_signal
-        if self.advantages_zeroed:
+        if self.advantages_zeroed or self.critic_warming:  # the critic's warm-up: the value model alone learns
             advantages.zero_()
         r.advantages = torch.masked_fill(advantages, r.padding_mask, 0)
 
@@ -507,14 +531,16 @@ class PPOTrainer:
         """6. PPO epochs: passes over the rollout in a fresh random order, one optimizer step per mini-batch (its
         micro-batches accumulated). Returns each step's statistics, {name: tensor (epoch, mini-batch, micro-batch)}.
 
-        A rollout without signal steps the value model alone. Its policy gradients are 0, and AdamW would still
-        move the policy by its momentum (and weight decay): they are dropped before each step, which AdamW then skips
-        for those weights. Under DeepSpeed and FSDP, whose optimizers hold the weights flattened together, such a
-        rollout is not trained on at all (its statistics 0)."""
+        A rollout without signal, and one of the critic's warm-up, steps the value model alone. Its policy gradients
+        are 0, and AdamW would still move the policy by its momentum (and weight decay) and count the step in its
+        state: they are dropped before each step, which AdamW then skips for those weights (their state untouched).
+        Under DeepSpeed and FSDP, whose optimizers hold the weights flattened together, a rollout without signal is
+        not trained on at all (its statistics 0), and the warm-up is refused (`CRITIC_WARMUP_ENGINES`)."""
         args, r, model = self.args, rollout, self.model
         shape = (args.num_ppo_epochs, args.num_mini_batches, args.gradient_accumulation_steps)
         stats = {name: torch.zeros(shape, device=self.accelerator.device) for name in STEP_STATS}
-        skip_policy = self.advantages_zeroed and not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
+        skip_policy = ((self.advantages_zeroed or self.critic_warming)
+                       and not (self.is_deepspeed_enabled or self.is_fsdp_enabled))
         skip_rollout = self.advantages_zeroed and not skip_policy
         start = r.context_length - 1
         for epoch in range(0 if skip_rollout else args.num_ppo_epochs):
@@ -577,7 +603,7 @@ class PPOTrainer:
         metrics["val/ratio_var"] = _variance(gathered(stats["ratio"]))
         # the completions that ended at a stop token (TRL counted the EOS tokens: one per ended completion)
         metrics["val/num_eos_tokens"] = gathered(r.ended.sum()).sum().item()  # every process's
-        metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
+        metrics["lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this rollout trained at (the warm-up's too)
         metrics["episode"] = self.state.episode
         metrics.update(self._run_metrics(metrics))  # every process takes part (gathers)
         self.state.epoch = self.state.episode / self.train_dataset_len  # used by self.log
@@ -589,7 +615,7 @@ class PPOTrainer:
                 or (step == 1 and args.logging_first_step)):
             self.log(mean_logs(self._unlogged))
             self._unlogged = []
-        if args.target_kl:
+        if args.target_kl and not self.critic_warming:  # a policy held still says nothing of the coefficient
             self.kl_coef = adaptive_kl_coef(self.kl_coef, metrics["objective/kl"], args.target_kl, args.batch_size,
                                             args.kl_horizon)
 
@@ -609,6 +635,8 @@ class PPOTrainer:
         # decided alike in every process; the first is what rlhf.lifecycle.health's no_learning_signal alarm reads
         logged["objective/rollout_without_signal"] = float(self.without_signal)
         logged["objective/advantages_zeroed"] = float(self.advantages_zeroed)
+        if self.args.critic_warmup:
+            logged["objective/critic_warmup"] = float(self.critic_warming)  # 1: the value model alone trained
         if self.advantages_zeroed and not self._said_zeroed and self.accelerator.is_main_process:
             self._said_zeroed = True
             skipped = ("the policy takes no step from it and its learning-rate schedule does not move (the value "
@@ -816,6 +844,20 @@ class PPOTrainer:
         in the order that pass was drawn in. Call it after `restore_optimizer_scheduler_and_rng`."""
         self.dataloader.skip_first(done % len(self.dataloader))
         self._first_batch = done
+
+
+CRITIC_WARMUP_ENGINES = ("--critic_warmup is not supported under DeepSpeed or FSDP: their optimizers hold the "
+                         "policy's and the value model's weights flattened together, so the policy's AdamW state "
+                         "cannot be held still while the value model learns; run it on one process or with DDP "
+                         "(torchrun / accelerate launch --multi_gpu), or drop --critic_warmup")
+
+
+def check_critic_warmup(critic_warmup, rollouts):
+    """Refuse a critic warm-up that leaves the policy no rollout to train on (one line, exit code 2)."""
+    if critic_warmup >= rollouts:
+        raise UserError(f"--critic_warmup {critic_warmup} leaves the policy no rollout of the run's {rollouts} to "
+                        f"train on (warm-up rollouts count toward --max_steps / --total_episodes): give at most "
+                        f"{rollouts - 1}, or train longer")
 
 
 def create_optimizer(model, args):
