@@ -154,12 +154,11 @@ class DynamicSampling:
         if differ < target and not self._cap_said:
             self._cap_said = True
             if self.accelerator.is_main_process:
-                print(f"note: dynamic sampling drew --dynamic_sampling_max_gen_batches "
-                      f"{self.args.dynamic_sampling_max_gen_batches} generation batches for step "
-                      f"{self.state.global_step + 1} and found {differ} of the {target} groups with rewards that "
-                      f"differ; it trains on them and {target - differ} of one reward (advantage 0), here and "
-                      "wherever it happens again (counted in dynamic_sampling/cap_reached, not said again)",
-                      flush=True)
+                print(f"note: dynamic sampling reached --dynamic_sampling_max_gen_batches "
+                      f"{self.args.dynamic_sampling_max_gen_batches} at step {self.state.global_step + 1}: "
+                      f"{differ} of the {target} groups it trains on have rewards that differ, the other "
+                      f"{target - differ} got one reward (advantage 0); each generation where it happens again is "
+                      "counted in dynamic_sampling/cap_reached, not said", flush=True)
         return output
 
     def _extra_inputs(self, inputs, round_, target):
