@@ -178,20 +178,21 @@ class DynamicSampling:
         rank = self.accelerator.process_index
         rows = [(r, g * size + i) for r, g in chosen for i in range(size)]  # over all processes, in training order
         mine = rows[rank * per_process:(rank + 1) * per_process]
-        local = {}  # (process, round) -> the rows of it that are trained on, in order
-        for r, row in rows:
-            local.setdefault((row // per_process, r), []).append(row % per_process)
         if all(row // per_process == n // per_process for n, (_, row) in enumerate(rows)):  # no row moves
             pieces = {(rank, r): output for r, output in enumerate(outputs)}
             index = [((rank, r), row % per_process) for r, row in mine]
         else:
             from accelerate.utils import gather_object
 
-            local = {key: sorted(value) for key, value in local.items()}
-            sent = {r: _rows_of(outputs[r], local[(process, r)]) for process, r in local if process == rank}
+            held = {}  # (process, round) -> its rows that are trained on, in the order it sends them
+            for r, row in rows:
+                held.setdefault((row // per_process, r), []).append(row % per_process)
+            held = {key: sorted(value) for key, value in held.items()}
+            sent = {r: _rows_of(outputs[r], held[(process, r)]) for process, r in held if process == rank}
             pieces = {(process, r): piece for process, their in enumerate(gather_object([sent]))
                       for r, piece in their.items()}
-            index = [((row // per_process, r), local[(row // per_process, r)].index(row % per_process))
+            position = {(key, row): n for key, value in held.items() for n, row in enumerate(value)}
+            index = [((row // per_process, r), position[((row // per_process, r), row % per_process)])
                      for r, row in mine]
         processing = self.processing_class
         pad = getattr(processing, "tokenizer", processing).pad_token_id
