@@ -526,6 +526,31 @@ class GRPOTrainingConfig(GRPOConfig):
                   "--beta fixed."},
     )
     kl_horizon: int = shared("kl_horizon")
+    use_dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's dynamic sampling (TRL's draft name): a group whose completions all got one reward (the "
+            "weighted total, within --dynamic_sampling_tolerance) teaches nothing, so it is dropped and more prompts "
+            "are drawn and generated until each generation holds groups whose rewards differ, up to "
+            "--dynamic_sampling_max_gen_batches generation batches. Costs generation; pays where many groups get "
+            "one reward (docs/training.md)."
+        },
+    )
+    dynamic_sampling_max_gen_batches: int = field(
+        default=10,
+        metadata={
+            "help": "With --use_dynamic_sampling: most generation batches per generation, the first included "
+            "(NeMo-RL's name; verl's max_num_gen_batches). Reached, the step trains on the groups found, filled up "
+            "with groups of one reward (advantage 0), said once and counted in dynamic_sampling/cap_reached."
+        },
+    )
+    dynamic_sampling_tolerance: float = field(
+        default=1e-6,
+        metadata={
+            "help": "With --use_dynamic_sampling: a group's rewards differ when its highest and lowest weighted "
+            "total are further apart than this x max(1, |reward|) (float noise is not a difference)."
+        },
+    )
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
 
@@ -547,6 +572,9 @@ class GRPOTrainingConfig(GRPOConfig):
             self.gradient_accumulation_steps = 1
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
+        at_least(self, 2, "dynamic_sampling_max_gen_batches")  # 1 would never draw a second batch
+        if not self.dynamic_sampling_tolerance >= 0:
+            raise ValueError(f"--dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance}.")
         check_held_out(self)
         check_training_run(self)
         super().__post_init__()

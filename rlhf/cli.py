@@ -34,7 +34,8 @@ HELP_GROUPS = {
                "missing_eos_penalty"),
     "Batch and generation": ("prompts_per_step", "prompts_per_generation", "prompts_per_rollout", "num_generations",
                              "num_completions", "per_device_train_batch_size", "gradient_accumulation_steps",
-                             "batch_size", "max_completion_length", "max_new_tokens", "temperature", "top_p"),
+                             "batch_size", "max_completion_length", "max_new_tokens", "temperature", "top_p",
+                             "use_dynamic_sampling", "dynamic_sampling_max_gen_batches", "dynamic_sampling_tolerance"),
     "Optimization": ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps",
                      "total_episodes", "beta", "epsilon", "num_ppo_epochs", "kl_coef", "target_kl", "kl_horizon",
                      "gamma", "lam", "cliprange", "bf16", "tf32", "gradient_checkpointing", "seed"),
@@ -168,6 +169,9 @@ def _settle(values):
     elif hasattr(values, "eval_samples") and hasattr(values, "eval_steps"):  # the reward model
         notes.append(("eval_steps", "note: --eval_steps does nothing in train_reward_model.py: the held-out pairs "
                       "(--eval_samples) are scored once, after training", False))
+    if hasattr(values, "use_dynamic_sampling") and not values.use_dynamic_sampling:  # GRPO
+        notes += [(name, f"note: --{name} does nothing without --use_dynamic_sampling: every group drawn is trained "
+                   "on", False) for name in ("dynamic_sampling_max_gen_batches", "dynamic_sampling_tolerance")]
     changes, lines = [], []
     if hasattr(values, "prompts_per_step"):  # GRPO
         changes, lines = grpo_flags(values, launched_processes())

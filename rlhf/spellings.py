@@ -29,6 +29,8 @@ KNOWN_SPELLINGS = {
     "model_adapter_name": "not in this PPO: with --use_peft the policy has one adapter, and the reference is the "
                           "policy with it disabled",
     "ref_adapter_name": "not in this PPO: with --use_peft the reference is the policy with its adapter disabled",
+    "use_dynamic_sampling": "GRPO's (train_grpo.py); PPO has no groups: a rollout whose completions all scored the "
+                            "same is trained on with advantages of 0 (--skip_rollouts_without_signal)",
 }
 
 

@@ -96,6 +96,14 @@ def test_a_field_of_trls_ppo_config_that_this_ppo_does_not_have_is_answered_with
     assert here in str(error.value)
 
 
+def test_grpos_dynamic_sampling_given_to_ppo_names_what_ppo_does_instead(tmp_path):
+    with pytest.raises(UserError, match="unknown flag --use_dynamic_sampling") as error:
+        ppo("--use_dynamic_sampling", "--output_dir", tmp_path)
+    assert "(here: GRPO's (train_grpo.py); PPO has no groups" in str(error.value)
+    assert "--skip_rollouts_without_signal" in str(error.value)
+    assert grpo("--use_dynamic_sampling", "--output_dir", tmp_path)[-1].use_dynamic_sampling
+
+
 def test_a_yaml_reads_the_seeds_keys_and_a_nested_section_and_names_every_unknown_key_in_one_line(tmp_path, capsys):
     config = tmp_path / "math.yaml"
     config.write_text("model:\n  path: my/model\nnum_return_sequences: 8\nuse_wandb: true\ndevice: cpu\n")

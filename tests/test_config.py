@@ -667,3 +667,21 @@ def test_each_field_is_declared_once_among_a_configs_own_classes():
         for name in (field.name for field in dataclasses.fields(cls)):
             owners = [base.__name__ for base in ours if name in vars(base).get("__annotations__", {})]
             assert len(owners) <= 1, f"{cls.__name__}.{name} is declared in {owners}"
+
+
+def test_dynamic_sampling_flags_are_checked_and_said_to_do_nothing_without_it(capsys):
+    grpo = parse_args(GRPO_TYPES, ["--use_dynamic_sampling"])[-1]
+    assert (grpo.use_dynamic_sampling, grpo.dynamic_sampling_max_gen_batches, grpo.dynamic_sampling_tolerance) == (
+        True, 10, 1e-6)
+    for flags, message in [(["--num_generations", "1"], "--num_generations must be >= 2, got 1."),
+                           (["--dynamic_sampling_max_gen_batches", "1"],
+                            "--dynamic_sampling_max_gen_batches must be >= 2, got 1."),
+                           (["--dynamic_sampling_tolerance", "-0.1"],
+                            "--dynamic_sampling_tolerance must be >= 0, got -0.1.")]:
+        with pytest.raises(UserError) as error:
+            parse_args(GRPO_TYPES, ["--use_dynamic_sampling", *flags])
+        assert str(error.value) == message
+    assert "note:" not in capsys.readouterr().out
+    parse_args(GRPO_TYPES, ["--dynamic_sampling_max_gen_batches", "4"])
+    assert capsys.readouterr().out == ("note: --dynamic_sampling_max_gen_batches does nothing without "
+                                       "--use_dynamic_sampling: every group drawn is trained on\n")

@@ -424,3 +424,28 @@ def test_a_reward_function_given_by_file_is_named_whole_in_alarm_report_and_tens
     logged = scalars(out)
     assert [value for _, value in logged[f"train/rewards/{name}/std"]] == [0.0, 0.0, 0.0]
     assert logged[f"train/health/reward_constant/{name}"] == [(3, 1.0)]
+
+
+def test_with_dynamic_sampling_no_signal_is_judged_on_the_groups_drawn_and_a_cap_reached_on_most_steps_is_said():
+    # Dynamic sampling trains on groups whose rewards differ: frac_reward_zero_std is 0 while 19 of 20 groups drawn
+    # got one reward. The same alarm reads the groups drawn; the cap, reached at more than half the generations of 3
+    # logs in a row, is an alarm of its own.
+    monitor = HealthMonitor({"kind": "grpo", "dynamic_sampling_max_gen_batches": 5})
+    drawn = logs(frac_reward_zero_std=0.0, dynamic_sampling__groups_drawn=20.0,
+                 dynamic_sampling__groups_one_reward=19.0, dynamic_sampling__cap_reached=0.75)
+    raised = [monitor.observe(drawn, step) for step in range(1, 6)]
+    assert [[alarm.name for alarm in alarms] for alarms in raised] == [
+        [], [], ["dynamic_sampling_cap_reached"], [], ["no_learning_signal"]]
+    assert raised[4][0].line.startswith("health: in 95% of the groups drawn every completion got the same reward")
+    assert "groups_one_reward / groups_drawn 0.95 > 0.9 for 5 logs" in raised[4][0].line
+    assert raised[2][0].line == (
+        "health: dynamic sampling found too few groups whose rewards differ in 5 generation batches in 75% of "
+        "generations, so those steps trained on groups of one reward (dynamic_sampling/cap_reached 0.75 > 0.5 for 3 "
+        "logs, step 3): raise --dynamic_sampling_max_gen_batches, or make rewards differ within more groups (the "
+        "advice of no_learning_signal)")
+    # Most groups discarded (75%, the math quickstart's share) and the cap reached at half the generations at most:
+    # dynamic sampling doing its work, no alarm.
+    working = HealthMonitor({"kind": "grpo", "dynamic_sampling_max_gen_batches": 10})
+    assert all(working.observe(logs(frac_reward_zero_std=0.0, dynamic_sampling__groups_drawn=16.0,
+                                    dynamic_sampling__groups_one_reward=12.0, dynamic_sampling__cap_reached=cap),
+                               step) == [] for step, cap in enumerate([0.5, 1.0, 0.0, 0.5, 0.5, 1.0, 0.5], 1))

@@ -390,3 +390,62 @@ def test_the_private_names_the_compat_layer_reads_are_still_there():
         assert deepspeed.is_deepspeed_zero3_enabled()  # put back as it was
     finally:
         deepspeed.unset_hf_deepspeed_config()
+
+
+def test_dynamic_sampling_reads_trls_gathered_rewards_scored_batch_and_zero_std_metric(tiny_models, tmp_path):
+    """`DynamicSampling` relies on TRL 1.16's GRPOTrainer: `_calculate_rewards` returning every process's rewards,
+    `_generate_and_score_completions` returning the tensors `take_rows` knows how to pad, one `frac_reward_zero_std`
+    per call. Half the prompts get one reward: TRL alone trains on their groups, dynamic sampling never does."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from rlhf.trl_compat import GRPOConfig, ResumableGRPOTrainer
+    from rlhf.trl_compat.dynamic_sampling import ONE_PER_ROW, PADDING
+
+    def reward(prompts, completions, **kwargs):
+        return [0.0 if prompt in ("a b", "e f") else float(sum(map(ord, completion)) % 7)
+                for prompt, completion in zip(prompts, completions)]
+
+    def run(trainer_class, output_dir, dynamic):
+        args = GRPOConfig(output_dir=str(output_dir), per_device_train_batch_size=2, num_generations=2,
+                          steps_per_generation=2, max_completion_length=4, max_steps=4, save_strategy="no",
+                          logging_steps=1,
+                          beta=0.0, learning_rate=1e-2, use_cpu=True, bf16=False, seed=0, report_to=[],
+                          disable_tqdm=True)
+        args.use_dynamic_sampling, args.dynamic_sampling_max_gen_batches, args.dynamic_sampling_tolerance = (
+            dynamic, 10, 1e-6)  # this package's fields (config.GRPOTrainingConfig), not TRL's
+        trainer = trainer_class(model=AutoModelForCausalLM.from_pretrained(tiny_models["policy"]),
+                                reward_funcs=[reward], args=args, processing_class=AutoTokenizer.from_pretrained(
+                                    tiny_models["policy"]),
+                                train_dataset=Dataset.from_dict({"prompt": ["a b", "c d", "e f", "g h"] * 2}))
+        trainer.train()
+        return trainer, [log["frac_reward_zero_std"] for log in trainer.state.log_history
+                         if "frac_reward_zero_std" in log]
+
+    scored = []
+
+    class Scored(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            scored.append((set(output), tuple(self._calculate_rewards_shape)))
+            return output
+
+        def _calculate_rewards(self, *args):
+            rewards = super()._calculate_rewards(*args)
+            self._calculate_rewards_shape = rewards.shape  # every completion of the generation, one column a function
+            return rewards
+
+    _, trls = run(Scored, tmp_path / "trl", False)
+    assert any(share > 0 for share in trls), "TRL alone trained on no group of one reward: the test shows nothing"
+    for keys, shape in scored:
+        assert keys <= {*PADDING, *ONE_PER_ROW, "num_items_in_batch"}, (
+            f"TRL's scored batch has tensors dynamic sampling cannot regroup: {keys}")
+        assert shape == (4, 1), f"TRL's _calculate_rewards no longer returns every completion's rewards: {shape}"
+
+    trainer, dynamic = run(ResumableGRPOTrainer, tmp_path / "dynamic", True)
+    assert dynamic == [0.0, 0.0], "frac_reward_zero_std (one log a generation) of the groups trained on: re-check " \
+        "DynamicSampling"
+    assert all(abs(advantage) > 0.1 for batch in trainer._buffered_inputs for advantage in batch["advantages"])
+    rounds = [log["dynamic_sampling/rounds"] for log in trainer.state.log_history if "dynamic_sampling/rounds" in log]
+    assert len(rounds) == 2 and max(rounds) > 1

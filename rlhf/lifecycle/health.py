@@ -33,8 +33,14 @@ CUT_OFF_FALL = 0.1
 # Replayed on 7 math/reward-model PPO runs (docs/results.md): only the one that boxed nothing for 5
 # rollouts raises it; seed 1's shipped run (std 0 at rollouts 1, 2 and 4; at 1 and 6 before such rollouts got
 # advantages of 0) does not.
+# With --use_dynamic_sampling, frac_reward_zero_std describes the groups trained on (those of one reward are dropped):
+# the same alarm then reads the groups drawn (`dynamic_sampling/groups_one_reward` / `groups_drawn`), where a share
+# of 0.9 costs ten generation batches per step.
 ZERO_STD_FRACTION = 0.9
 ZERO_STD_WINDOW = 5
+# Dynamic sampling that reached --dynamic_sampling_max_gen_batches (`dynamic_sampling/cap_reached`, the share of
+# generations) in more than half the generations of each of WINDOW logs: those steps trained on groups of one reward.
+CAP_REACHED_SHARE = 0.5
 # A reward function that has given every completion the same score at every log since the run began (its
 # `rewards/<f>/std` is 0) cannot score them. Measured: boxed_answer's std 0.00-0.98 (0 at one log); boxed_format's
 # 0.00-0.49, then 0 from step 6 on, once every completion was boxed: it varied first, so no alarm.
@@ -185,6 +191,10 @@ class HealthMonitor:
         for key, value in per_function.items():
             add(key, value)
         add("objective/rollout_without_signal", logs.get("objective/rollout_without_signal"))  # PPO's
+        drawn = logs.get("dynamic_sampling/groups_drawn")
+        if drawn:  # GRPO's --use_dynamic_sampling: the share of the groups drawn that got one reward
+            add("dynamic_sampling/one_reward_share", logs.get("dynamic_sampling/groups_one_reward", 0) / drawn)
+            add("dynamic_sampling/cap_reached", logs.get("dynamic_sampling/cap_reached"))
         new_kl = add("kl_per_token", _per_token(logs, "kl"))
         new_entropy = add("entropy_per_token", _per_token(logs, "entropy"))
         fresh = []
@@ -214,14 +224,26 @@ class HealthMonitor:
                 "raise --max_completion_length",
                 f"{clipped[-1]:.0%} of completions hit --max_completion_length {length} without EOS",
             )
-        zero = s.get("frac_reward_zero_std", [])
+        drawn = "dynamic_sampling/one_reward_share"
+        zero = s.get(drawn) or s.get("frac_reward_zero_std", [])
         if sustained(zero, ZERO_STD_FRACTION, ZERO_STD_WINDOW):
             yield self._alarm(
-                "no_learning_signal", "frac_reward_zero_std", zero[-1], ZERO_STD_FRACTION, step,
+                "no_learning_signal", "groups_one_reward / groups_drawn" if drawn in s else "frac_reward_zero_std",
+                zero[-1], ZERO_STD_FRACTION, step,
                 "use a reward that varies within a group (--reward_funcs), or raise --num_generations or "
                 "--temperature",
-                f"in {zero[-1]:.0%} of groups every completion got the same reward, so their advantage is 0 and "
-                "they teach nothing", logs=ZERO_STD_WINDOW,
+                f"in {zero[-1]:.0%} of {'the groups drawn' if drawn in s else 'groups'} every completion got the "
+                "same reward, so their advantage is 0 and they teach nothing", logs=ZERO_STD_WINDOW,
+            )
+        cap = s.get("dynamic_sampling/cap_reached", [])
+        if sustained(cap, CAP_REACHED_SHARE, WINDOW):
+            limit = flags.get("dynamic_sampling_max_gen_batches")
+            yield self._alarm(
+                "dynamic_sampling_cap_reached", "dynamic_sampling/cap_reached", cap[-1], CAP_REACHED_SHARE, step,
+                "raise --dynamic_sampling_max_gen_batches, or make rewards differ within more groups (the advice of "
+                "no_learning_signal)",
+                f"dynamic sampling found too few groups whose rewards differ in {limit} generation batches in "
+                f"{cap[-1]:.0%} of generations, so those steps trained on groups of one reward",
             )
         if sustained(s.get("objective/rollout_without_signal", []), 0.5, ZERO_STD_WINDOW):  # PPO's: no groups
             yield self._alarm(

@@ -348,6 +348,7 @@ class TrainingRun:
         weights = getattr(training, "reward_weights", None) or [1.0] * len(names)
         flags = {"kind": self.script.removeprefix("train_").removesuffix(".py"),
                  "max_completion_length": getattr(training, "max_completion_length", None),
+                 "dynamic_sampling_max_gen_batches": getattr(training, "dynamic_sampling_max_gen_batches", None),
                  "reward_weights": dict(zip(names, weights))}
         self.health = health_callback(flags, raised=[alarm.name for alarm in earlier])
         self.health.monitor.alarms.extend(earlier)

@@ -14,6 +14,8 @@ Fixes of TRL or transformers behaviour, each named for what it fixes and citing 
   `ResumableGRPOTrainer`, TRL's GRPO trainer resumed where it stopped, also inside a generation block and in a later
   pass over the prompts (TRL 1.12 generates again and draws the first pass's order); on a CPU, its LM head's
   vocabulary tile (`cpu_vocabulary_tile`: TRL's kept GBs of temporaries in its CPU backward);
+- `rlhf/trl_compat/dynamic_sampling.py`: `DynamicSampling`, DAPO's dynamic sampling in TRL's GRPOTrainer (TRL has none,
+  huggingface/trl#3708): more prompts generated until a generation holds groups whose rewards differ;
 - `ScheduleFromResumedStep` (here): a resumed or continued run's first step at its own schedule's rate
   (transformers gives it the old schedule's rate, 0 at the end of a finished cosine run);
 - `close_progress_bar(trainer)` (here): transformers closes its progress bar only when training ends normally.

@@ -31,6 +31,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from rlhf.trl_compat import check_trl_version
+from rlhf.trl_compat.dynamic_sampling import DynamicSampling
 
 check_trl_version()
 
@@ -140,9 +141,10 @@ def cpu_vocabulary_tile(device):
         utils._CHUNKED_LOGPROB_CHUNK_SIZE = kept
 
 
-class ResumableGRPOTrainer(ResumableGeneration, GRPOTrainer):
-    """TRL's GRPOTrainer resumed exactly (`ResumableGeneration`), with the adaptive KL coefficient (--target_kl), and
-    on a CPU its LM head's smaller vocabulary tile (`cpu_vocabulary_tile`)."""
+class ResumableGRPOTrainer(ResumableGeneration, DynamicSampling, GRPOTrainer):
+    """TRL's GRPOTrainer resumed exactly (`ResumableGeneration`), with the adaptive KL coefficient (--target_kl),
+    dynamic sampling (--use_dynamic_sampling, `rlhf/trl_compat/dynamic_sampling.py`), and on a CPU its LM head's
+    smaller vocabulary tile (`cpu_vocabulary_tile`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

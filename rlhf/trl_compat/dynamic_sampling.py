@@ -1,0 +1,208 @@
+"""DAPO's dynamic sampling (arXiv 2503.14476, section 3.2) in TRL's GRPOTrainer: `--use_dynamic_sampling`.
+
+A group whose completions all got one reward has advantage 0 and teaches nothing. With the flag, each generation keeps
+the groups whose rewards differ and draws and generates more prompts until it holds as many as it would train on
+(`generation_batch_size / num_generations`, over all processes), up to `--dynamic_sampling_max_gen_batches`
+generation batches; short of that, the groups of one reward found first fill the rest (advantage 0: the batch TRL
+would have trained on, or better), said once and counted in `dynamic_sampling/cap_reached`.
+
+Where it hooks into TRL 1.16.0 (trl/trainer/grpo_trainer.py): `_prepare_inputs` (1522) calls
+`_generate_and_score_completions` (2324) once per generation and splits what it returns into the steps' slices;
+that function gathers every process's rewards in `_calculate_rewards` (1579, `gather` at 1680), computes the
+advantages per group (2749-2797) and returns this process's rows (2803-2808): prompt and completion ids and masks,
+advantages, log-probabilities, `num_items_in_batch` (2897-2935). Here each round is one call to it, unchanged; the
+decision is taken on the gathered rewards, so every process keeps the same groups; each process then takes its slice
+of the kept groups' rows (from the others where a group straddles two processes). Advantages are TRL's, computed in
+the round the group was generated in (the group's own mean and std; with `--scale_rewards batch`, that round's std).
+
+Extra prompts are drawn from the training set by a generator seeded with (seed, step, round), the same on every
+process and again on resume, so nothing about them is saved; TRL's data order (epochs) is not touched.
+"""
+
+import random
+
+# How TRL 1.16 pads each tensor of a scored batch (grpo_trainer.py 2437-2485): the side and the value (None: the pad
+# token). Rows of several rounds are padded to the widest round's width the same way. Prompts are left-padded: the
+# extra pads shift a prompt's positions, which rotary position embeddings do not see (TRL's own batches pad prompts
+# to the longest prompt of the batch alike).
+PADDING = {"prompt_ids": ("left", None), "prompt_mask": ("left", 0), "completion_ids": ("right", None),
+           "completion_mask": ("right", 0), "tool_mask": ("right", 1), "old_per_token_logps": ("right", 0.0),
+           "ref_per_token_logps": ("right", 0.0), "sampling_per_token_logps": ("right", 0.0),
+           "importance_sampling_ratio": ("right", 0.0)}
+ONE_PER_ROW = ("advantages",)
+
+
+def groups_with_spread(rewards_per_func, weights, num_generations, tolerance, per_function=False):
+    """One bool per group of `num_generations` consecutive completions: whether their rewards differ.
+
+    `rewards_per_func`: (completions, functions), NaN where a function gave none; `weights`: (functions,). Judged on
+    the reward the advantage is built from, the weighted total (TRL's `sum_then_normalize`), or with `per_function`
+    (TRL's `normalize_then_sum`, which normalises each function within the group) on each weighted function alone.
+    Rewards differ when the group's highest and lowest are further apart than `tolerance` x max(1, |reward|): a float
+    std compared to 0 counts rounding noise as a difference. Unscored completions (NaN) are left out; a group with
+    fewer than two scored ones has no spread.
+    """
+    import torch
+
+    weighted = rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)
+    if per_function:
+        columns = weighted
+    else:
+        columns = weighted.nansum(dim=1, keepdim=True)
+        columns[torch.isnan(weighted).all(dim=1)] = torch.nan  # unscored by every function (TRL: NaN too)
+    grouped = columns.view(-1, num_generations, columns.shape[1])
+    unscored = torch.isnan(grouped)
+    high = grouped.masked_fill(unscored, -torch.inf).amax(dim=1)
+    low = grouped.masked_fill(unscored, torch.inf).amin(dim=1)
+    scale = grouped.abs().masked_fill(unscored, 0).amax(dim=1).clamp(min=1)
+    return ((high - low) > tolerance * scale).any(dim=1)
+
+
+def choose_groups(spreads, target):
+    """The `target` groups a generation trains on, as (round, group): those whose rewards differ, by round and
+    position; where fewer differ, the first groups of one reward fill the rest. `spreads`: per round, per group,
+    whether its rewards differ."""
+    differ = [(r, g) for r, spread in enumerate(spreads) for g, kept in enumerate(spread) if kept]
+    same = [(r, g) for r, spread in enumerate(spreads) for g, kept in enumerate(spread) if not kept]
+    chosen = differ[:target]
+    return chosen + same[:target - len(chosen)]
+
+
+def extra_prompts(seed, step, round_, dataset_size, count):
+    """The indices of the `count` training prompts drawn for extra round `round_` of the generation at `step`: the same
+    on every process and on resume (a generator seeded by the three, Python's string seeding is stable)."""
+    draw = random.Random(f"dynamic sampling {seed} {step} {round_}")
+    if dataset_size >= count:
+        return draw.sample(range(dataset_size), count)
+    return [draw.randrange(dataset_size) for _ in range(count)]
+
+
+def take_rows(pieces, index, pad_token_id, device):
+    """TRL's scored batch of the rows `index` [(piece, row)] of `pieces` {piece: a scored batch}, each tensor padded
+    to the widest piece's width as TRL pads it (`PADDING`). `num_items_in_batch` is left to the caller."""
+    import torch
+    import torch.nn.functional as F
+
+    names = list(pieces)
+    offsets, start = {}, 0
+    for name in names:
+        offsets[name] = start
+        start += len(pieces[name]["advantages"])
+    rows = torch.tensor([offsets[name] + row for name, row in index], device=device)
+    batch = {}
+    for key, first in pieces[names[0]].items():
+        values = [pieces[name][key] for name in names]
+        if key == "num_items_in_batch":
+            continue
+        if first is None:
+            batch[key] = None
+            continue
+        if key in PADDING:
+            side, value = PADDING[key]
+            value = pad_token_id if value is None else value
+            width = max(v.shape[1] for v in values)
+            values = [F.pad(v, (width - v.shape[1], 0) if side == "left" else (0, width - v.shape[1]), value=value)
+                      for v in values]
+        elif key not in ONE_PER_ROW:  # images, tool calls: not in this package's text-only GRPO
+            raise NotImplementedError(f"dynamic sampling cannot regroup {key!r} of TRL's scored batch")
+        batch[key] = torch.cat([v.to(device) for v in values])[rows]
+    return batch
+
+
+class DynamicSampling:
+    """A mixin for TRL's GRPOTrainer (before it among the bases): `--use_dynamic_sampling`, off by default (then
+    TRL's methods run as they are)."""
+
+    _cap_said = False  # the cap's line is said once per launch
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards = rewards  # every process's, group after group (TRL gathers them for the advantages)
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        if not (getattr(self.args, "use_dynamic_sampling", False) and self.model.training):
+            return super()._generate_and_score_completions(inputs)
+        metrics = self._metrics["train"]
+        logged = len(metrics["frac_reward_zero_std"])
+        size = self.num_generations
+        target = self.args.generation_batch_size // size  # groups per generation, over all processes
+        outputs, spreads = [], []
+        while True:
+            batch = inputs if not outputs else self._extra_inputs(inputs, len(outputs), target)
+            outputs.append(super()._generate_and_score_completions(batch))
+            spread = groups_with_spread(self._gathered_rewards, self.reward_weights, size,
+                                        self.args.dynamic_sampling_tolerance,
+                                        per_function=self.multi_objective_aggregation == "normalize_then_sum")
+            spreads.append(spread.tolist())
+            found = sum(map(sum, spreads))
+            if found >= target or len(outputs) == self.args.dynamic_sampling_max_gen_batches:
+                break
+        chosen = choose_groups(spreads, target)
+        differ = min(found, target)
+        output = outputs[0] if len(outputs) == 1 and differ == target else self._regroup(outputs, chosen)
+
+        # TRL's frac_reward_zero_std (one value per round) describes the groups trained on
+        del metrics["frac_reward_zero_std"][logged:]
+        metrics["frac_reward_zero_std"].append(1 - differ / target)
+        drawn = target * len(outputs)
+        metrics["dynamic_sampling/groups_drawn"].append(drawn)
+        metrics["dynamic_sampling/groups_one_reward"].append(drawn - found)
+        metrics["dynamic_sampling/groups_discarded"].append(drawn - target)
+        metrics["dynamic_sampling/rounds"].append(len(outputs))
+        metrics["dynamic_sampling/cap_reached"].append(float(differ < target))
+        if differ < target and not self._cap_said:
+            self._cap_said = True
+            if self.accelerator.is_main_process:
+                print(f"note: dynamic sampling reached --dynamic_sampling_max_gen_batches "
+                      f"{self.args.dynamic_sampling_max_gen_batches} at step {self.state.global_step + 1}: "
+                      f"{differ} of the {target} groups it trains on have rewards that differ, the other "
+                      f"{target - differ} got one reward (advantage 0); each generation where it happens again is "
+                      "counted in dynamic_sampling/cap_reached, not said", flush=True)
+        return output
+
+    def _extra_inputs(self, inputs, round_, target):
+        """This process's rows of an extra round: `target` prompts drawn (`extra_prompts`), each repeated for its
+        group, laid out over the processes as TRL's RepeatSampler lays out a generation (process after process)."""
+        picks = extra_prompts(self.args.seed, self.state.global_step, round_, len(self.train_dataset), target)
+        start = self.accelerator.process_index * len(inputs)
+        keys = inputs[0].keys()  # the columns the dataloader gives
+        rows = {index: self.train_dataset[index] for index in set(picks)}
+        return [{key: rows[picks[j // self.num_generations]][key] for key in keys}
+                for j in range(start, start + len(inputs))]
+
+    def _regroup(self, outputs, chosen):
+        """This process's slice of the `chosen` groups' rows, from the rounds' scored batches `outputs` (this
+        process's rows of each); rows another process generated come from it (every process calls this alike)."""
+        size, per_process = self.num_generations, len(outputs[0]["advantages"])
+        rank = self.accelerator.process_index
+        rows = [(r, g * size + i) for r, g in chosen for i in range(size)]  # over all processes, in training order
+        mine = rows[rank * per_process:(rank + 1) * per_process]
+        if all(row // per_process == n // per_process for n, (_, row) in enumerate(rows)):  # no row moves
+            pieces = {(rank, r): output for r, output in enumerate(outputs)}
+            index = [((rank, r), row % per_process) for r, row in mine]
+        else:
+            from accelerate.utils import gather_object
+
+            held = {}  # (process, round) -> its rows that are trained on, in the order it sends them
+            for r, row in rows:
+                held.setdefault((row // per_process, r), []).append(row % per_process)
+            held = {key: sorted(value) for key, value in held.items()}
+            sent = {r: _rows_of(outputs[r], held[(process, r)]) for process, r in held if process == rank}
+            pieces = {(process, r): piece for process, their in enumerate(gather_object([sent]))
+                      for r, piece in their.items()}
+            position = {(key, row): n for key, value in held.items() for n, row in enumerate(value)}
+            index = [((row // per_process, r), position[((row // per_process, r), row % per_process)])
+                     for r, row in mine]
+        processing = self.processing_class
+        pad = getattr(processing, "tokenizer", processing).pad_token_id
+        batch = take_rows(pieces, index, pad, self.accelerator.device)
+        mask = batch["completion_mask"] if batch.get("tool_mask") is None else batch["completion_mask"] * batch[
+            "tool_mask"]
+        batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()  # as TRL counts it (2498)
+        return batch
+
+
+def _rows_of(batch, rows):
+    """The `rows` of a scored batch, on the CPU (to be sent to the other processes)."""
+    return {key: value[rows].cpu() if value is not None and value.ndim else value for key, value in batch.items()}

@@ -1,0 +1,184 @@
+"""`train_grpo.py --use_dynamic_sampling` end to end on the tiny models: every generation trains on groups whose
+rewards differ, in one process and two, resumed exactly, with LoRA and the reward model, and the cap said once."""
+
+from collections import defaultdict
+
+import pytest
+import torch
+
+from conftest import assert_ok, error_line, grpo_args, run_script, scalars
+from test_interruption import final_weights
+
+# Rewards that control which groups differ: `half` gives every completion of half the prompts (by the prompt's
+# checksum) the same 0 and scores the others by their text; `one` gives every completion 1. With PROBE_DIR set, each
+# process writes the step of each call (one call per generation round).
+REWARDS = '''
+import os, zlib
+from pathlib import Path
+
+
+def _probe(trainer_state):
+    if os.environ.get("PROBE_DIR"):
+        with open(Path(os.environ["PROBE_DIR"]) / f"rank{os.environ.get('RANK', '0')}.txt", "a") as f:
+            f.write(f"{trainer_state.global_step}\\n")
+
+
+def half(prompts, completions, trainer_state=None, **kwargs):
+    _probe(trainer_state)
+    return [0.0 if zlib.crc32(str(p).encode()) % 2 else zlib.crc32(str(c).encode()) % 1000 / 1000
+            for p, c in zip(prompts, completions)]
+
+
+def one(prompts, completions, **kwargs):
+    return [1.0] * len(prompts)
+'''
+
+
+@pytest.fixture
+def rewards(tmp_path):
+    (tmp_path / "signal_rewards.py").write_text(REWARDS)
+    return {"PYTHONPATH": str(tmp_path)}
+
+
+def trained_groups(checkpoint, processes=1):
+    """The generation a checkpoint trains on, every process's rows: [the advantages of each prompt's completions]."""
+    groups = defaultdict(list)
+    for rank in range(processes):
+        state = torch.load(checkpoint / f"grpo_generation_{rank}.pt", weights_only=True)
+        for batch in state["buffered_inputs"]:
+            for ids, mask, advantage in zip(batch["prompt_ids"], batch["prompt_mask"], batch["advantages"]):
+                groups[tuple(ids[mask.bool()].tolist())].append(advantage.item())
+    return list(groups.values())
+
+
+def assert_every_group_differs(groups, completions):
+    # 2 completions a group: rewards that differ give each one an advantage of the same size, opposite signs. A
+    # prompt drawn twice in one generation holds two such groups.
+    assert sum(map(len, groups)) == completions
+    for advantages in groups:
+        assert len(advantages) % 2 == 0 and all(abs(a) > 0.1 for a in advantages), groups
+        assert abs(sum(advantages)) < 1e-3, groups
+
+
+@pytest.mark.slow
+def test_each_generation_trains_on_groups_whose_rewards_differ_and_counts_what_it_drew(tiny_models, tmp_path,
+                                                                                       rewards):
+    out = tmp_path / "run"
+    # 4 prompts generated together for 2 steps of 2 prompts (the GPU default's shape), half of them of one reward.
+    result = run_script("train_grpo.py", *grpo_args(
+        tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling", "--max_steps", "6",
+        "--prompts_per_generation", "4", "--save_steps", "1", "--save_total_limit", "10"), env=rewards)
+    assert_ok(result)
+    for step in range(1, 7):
+        assert_every_group_differs(trained_groups(out / f"checkpoint-{step}"), 8)
+    logged = scalars(out)
+    rounds = dict(logged["train/dynamic_sampling/rounds"])
+    assert list(rounds) == [1, 3, 5] and max(rounds.values()) > 1  # logged where it generates; it drew more
+    assert dict(logged["train/dynamic_sampling/groups_drawn"]) == {step: 4 * n for step, n in rounds.items()}
+    assert dict(logged["train/dynamic_sampling/groups_discarded"]) == {step: 4 * n - 4 for step, n in rounds.items()}
+    one_reward = dict(logged["train/dynamic_sampling/groups_one_reward"])
+    assert all(1 <= one_reward[step] <= 4 * n - 4 for step, n in rounds.items() if n > 1)
+    assert {value for _, value in logged["train/frac_reward_zero_std"]} == {0.0}  # the groups trained on
+    assert {value for _, value in logged["train/dynamic_sampling/cap_reached"]} == {0.0}
+    assert "note: dynamic sampling" not in result.stdout
+
+
+@pytest.mark.slow
+def test_the_cap_reached_is_said_once_and_the_step_trains_on_what_it_has(tiny_models, tmp_path, rewards):
+    out = tmp_path / "run"
+    result = run_script("train_grpo.py", *grpo_args(
+        tiny_models, out, "--reward_funcs", "signal_rewards.one", "--use_dynamic_sampling",
+        "--dynamic_sampling_max_gen_batches", "2", "--max_steps", "3"), env=rewards)
+    assert_ok(result)
+    said = [line for line in result.stdout.splitlines() if line.startswith("note: dynamic sampling")]
+    assert said == ["note: dynamic sampling reached --dynamic_sampling_max_gen_batches 2 at step 1: 0 of the 2 groups "
+                    "it trains on have rewards that differ, the other 2 got one reward (advantage 0); each "
+                    "generation where it happens again is counted in dynamic_sampling/cap_reached, not said"]
+    logged = scalars(out)
+    assert logged["train/dynamic_sampling/cap_reached"] == [(1, 1.0), (2, 1.0), (3, 1.0)]
+    assert logged["train/dynamic_sampling/rounds"] == [(1, 2.0), (2, 2.0), (3, 2.0)]
+    assert logged["train/frac_reward_zero_std"] == [(1, 1.0), (2, 1.0), (3, 1.0)]
+    assert "health: dynamic sampling found too few groups whose rewards differ in 2 generation batches" in (
+        result.stdout)
+    assert logged["train/health/dynamic_sampling_cap_reached"] == [(3, 1.0)]
+
+
+@pytest.mark.slow
+def test_two_processes_keep_the_same_groups_split_between_them_and_resume_exactly(tiny_models, tmp_path, rewards):
+    # 3 prompts a step, 2 completions each: 3 completions per process, so the middle group straddles the two.
+    probe = tmp_path / "probe"
+    probe.mkdir()
+
+    def args(out):
+        return grpo_args(tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling",
+                         "--prompts_per_step", "3", "--per_device_train_batch_size", "3", "--max_steps", "4",
+                         "--max_samples", "12", "--save_steps", "1", "--save_total_limit", "10",
+                         "--lr_scheduler_type", "constant", "--learning_rate", "1e-2")
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert_ok(run_script("train_grpo.py", *args(whole), processes=2, env={**rewards, "PROBE_DIR": str(probe)},
+                         timeout=300))
+    for step in range(1, 5):
+        assert_every_group_differs(trained_groups(whole / f"checkpoint-{step}", processes=2), 6)
+    # Both processes generated the same rounds at each step (one reward call per round).
+    calls = [(probe / f"rank{rank}.txt").read_text().split() for rank in (0, 1)]
+    assert calls[0] == calls[1] and len(calls[0]) > 4
+    assert max(value for _, value in scalars(whole)["train/dynamic_sampling/rounds"]) > 1
+
+    assert_ok(run_script("train_grpo.py", *args(resumed), "--resume_from_checkpoint", whole / "checkpoint-2",
+                         processes=2, env=rewards, timeout=300))
+    expected, weights = final_weights(whole), final_weights(resumed)
+    differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
+    assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
+
+
+@pytest.mark.slow
+def test_a_run_resumed_inside_a_generation_trains_what_one_run_trains(tiny_models, tmp_path, rewards):
+    # 2 steps per generation, 2 generations per pass over the 8 prompts; resumed at step 3, inside the second
+    # generation: step 5 draws extra prompts after the resume.
+    def args(out):
+        return grpo_args(tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling",
+                         "--max_steps", "6", "--prompts_per_generation", "4", "--max_samples", "8", "--save_steps",
+                         "1", "--save_total_limit", "10", "--lr_scheduler_type", "constant", "--learning_rate", "1e-2")
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert_ok(run_script("train_grpo.py", *args(whole), env=rewards))
+    assert max(value for _, value in scalars(whole)["train/dynamic_sampling/rounds"]) > 1
+    assert_ok(run_script("train_grpo.py", *args(resumed), "--resume_from_checkpoint", whole / "checkpoint-3",
+                         env=rewards))
+    expected, weights = final_weights(whole), final_weights(resumed)
+    differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
+    assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
+
+
+@pytest.mark.slow
+def test_with_the_reward_model_whose_groups_all_differ_it_trains_what_trl_trains(tiny_models, tmp_path):
+    # The tiny reward model scores every completion differently: nothing is discarded, no extra round is drawn, and
+    # the weights are those of a run without dynamic sampling.
+    plain, dynamic = tmp_path / "plain", tmp_path / "dynamic"
+    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, plain, "--max_steps", "2")))
+    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, dynamic, "--max_steps", "2",
+                                                     "--use_dynamic_sampling")))
+    logged = scalars(dynamic)
+    assert logged["train/dynamic_sampling/rounds"] == [(1, 1.0), (2, 1.0)]
+    assert logged["train/dynamic_sampling/groups_discarded"] == [(1, 0.0), (2, 0.0)]
+    expected, weights = final_weights(plain), final_weights(dynamic)
+    assert all(torch.equal(tensor, weights[name]) for name, tensor in expected.items())
+
+
+@pytest.mark.slow
+def test_a_lora_run_trains_its_adapter_on_groups_whose_rewards_differ(tiny_models, tmp_path, rewards):
+    out = tmp_path / "lora"
+    assert_ok(run_script("train_grpo.py", *grpo_args(
+        tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling", "--use_peft",
+        "--max_steps", "3", "--save_steps", "1"), env=rewards))
+    assert (out / "adapter_model.safetensors").exists() and not (out / "model.safetensors").exists()
+    assert_every_group_differs(trained_groups(out / "checkpoint-3"), 4)
+    assert sum(value for _, value in scalars(out)["train/dynamic_sampling/groups_discarded"]) > 0
+
+
+def test_dynamic_sampling_with_one_completion_per_prompt_is_refused_in_one_line(tiny_models, tmp_path, run_cli):
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--use_dynamic_sampling",
+                                                 "--num_generations", "1"))
+    assert error_line(result) == "error: --num_generations must be >= 2, got 1."
+    assert not (tmp_path / "run").exists()
