@@ -13,9 +13,9 @@ Usage:
 The first model is the baseline: every other model gets the same prompts and sampling seed, and its win rate
 against the baseline under the reward model (ties count half) is reported with a 95% bootstrap interval; with
 `--judge_model_name_or_path`, its win rate under that second reward model too (a judge the policies never trained
-against), and a line where the two disagree. With
-the math verifier (`boxed_answer`), each model's format rate and verifier accuracy (95% interval) and each model's
-accuracy gain over the baseline (paired 95% interval) are reported too.
+against), and a line where the two disagree. With the math verifier (`boxed_answer`), each model's format rate and
+verifier accuracy (95% interval) and each model's accuracy gain over the baseline (paired 95% interval) are reported
+too.
 Prompts are drawn from the rows after the first `--train_samples` (the rows training used), so they are
 held out by default. The JSON records the prompts' dataset rows and what scored them, and is saved after each
 model: Ctrl-C (or SIGTERM) keeps the models already finished, marked `"complete": false`, and exits with 130.
