@@ -403,6 +403,15 @@ class EvalArguments(PromptFormat, Sampling, DatasetSource):
     dtype: str = field(default="float32", metadata={"help": "Dtype the models load in."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow models that ship their own code."})
     output_file: str = field(default="evaluation_results.json", metadata={"help": "Where the JSON report goes."})
+    judge_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A judge: a second sequence classifier (num_labels=1, a folder or a Hub id, scoring with its own "
+            "tokenizer and chat template, in the reward model's dtype) that scores every completion too; its win "
+            "rates are reported beside the reward's, and a line says where they disagree. Pick one the policies "
+            "never trained against (docs/evaluation.md, A judge)."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()

@@ -11,9 +11,11 @@ Usage:
         --train_samples 0 --num_prompts 100
 
 The first model is the baseline: every other model gets the same prompts and sampling seed, and its win rate
-against the baseline under the reward model (ties count half) is reported with a 95% bootstrap interval. With
-the math verifier (`boxed_answer`), each model's format rate and verifier accuracy (95% interval) and each model's
-accuracy gain over the baseline (paired 95% interval) are reported too.
+against the baseline under the reward model (ties count half) is reported with a 95% bootstrap interval; with
+`--judge_model_name_or_path`, its win rate under that second reward model too (a judge the policies never trained
+against), and a line where the two disagree. With the math verifier (`boxed_answer`), each model's format rate and
+verifier accuracy (95% interval) and each model's accuracy gain over the baseline (paired 95% interval) are reported
+too.
 Prompts are drawn from the rows after the first `--train_samples` (the rows training used), so they are
 held out by default. The JSON records the prompts' dataset rows and what scored them, and is saved after each
 model: Ctrl-C (or SIGTERM) keeps the models already finished, marked `"complete": false`, and exits with 130.
@@ -30,7 +32,7 @@ from rlhf.checks import prompt_room
 from rlhf.cli import UserError, exit_on_user_error, parse_args
 from rlhf.data import load_rows
 from rlhf.errors import INTERRUPTED_EXIT_CODE, NON_FINITE_EXIT_CODE, NonFiniteError
-from rlhf.evaluation.generation import draw_prompts, generate, held_out_prompts, score
+from rlhf.evaluation.generation import draw_prompts, generate, held_out_prompts, judge, score
 from rlhf.evaluation.report import (
     ReportNotWritten,
     format_table,
@@ -74,7 +76,7 @@ def main(args, rewards):
             raise UserError(f"{error} ({kept()})") from None
         raise
     except NonFiniteError as error:  # a reward that is NaN or infinite: the scorer is broken, its mean meaningless
-        print(f"\nerror: {error}{f' ({kept()})' if finished else ''}; check the reward model or function",
+        print(f"\nerror: {error}{f' ({kept()})' if finished else ''}; check the model or function it names",
               file=sys.stderr)
         sys.exit(NON_FINITE_EXIT_CODE)
     print(format_table(report["models"], report["comparison"]))
@@ -127,10 +129,13 @@ def evaluate(args, rewards, report, stop):
     load_scorer = functools.partial(reward_model_scorer, rewards.reward_model_name_or_path, scorer_dtype,
                                     args.trust_remote_code, device, args.batch_size)
     funcs = load_reward_funcs(rewards.reward_funcs, load_scorer, rewards.boxed_rewards)
+    judge_scorer = None if args.judge_model_name_or_path is None else reward_model_scorer(
+        args.judge_model_name_or_path, scorer_dtype, args.trust_remote_code, device, args.batch_size, "judge")
     libraries = (*LIBRARIES, "math-verify") if "boxed_answer" in rewards.reward_funcs else LIBRARIES
     flags = {name: value for name, value in vars(args).items() if not name.startswith("_")}  # not the parser's
     report["config"] = {**flags, "num_prompts": len(prompts), "num_prompts_requested": args.num_prompts,
-                        "prompt_rows": row_numbers, "scoring": scoring_record(rewards, weights, scorer_dtype),
+                        "prompt_rows": row_numbers,
+                        "scoring": scoring_record(rewards, weights, scorer_dtype, args.judge_model_name_or_path),
                         "versions": versions(libraries)}
     results = report["models"]
     earlier = interrupted_report(args.output_file, report["config"])
@@ -148,6 +153,8 @@ def evaluate(args, rewards, report, stop):
                                    args.temperature, args.top_p, args.batch_size, args.seed, progress, stop)
         del model
         score(funcs, weights, rows, completions)
+        if judge_scorer is not None:
+            judge(judge_scorer, rows, completions)
         results.append({
             "model_path": path,
             "summary": summarize(completions, seed=args.seed),

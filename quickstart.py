@@ -7,9 +7,11 @@
 
 --task rm: a reward model trained on the first 320 of the 400 shipped preference pairs (data/preferences.jsonl), GRPO
 and PPO against it, then base vs GRPO vs PPO on prompts of the 80 held-out pairs: win rate under the reward model with
-a 95% interval. --task math: GRPO and PPO with the boxed_answer verifier (only a right answer that ends pays;
-boxed_format logged) on data/math_train.jsonl, no reward model, then base vs GRPO vs PPO on held-out problems of
-data/math_test.jsonl: format rate and verifier accuracy (95% interval) and each accuracy gain (paired 95% interval).
+a 95% interval, and under a judge that GRPO and PPO never trained against (a second reward model, trained on pairs of
+its own: docs/evaluation.md, A judge).
+--task math: GRPO and PPO with the boxed_answer verifier (only a right answer that ends pays; boxed_format logged) on
+data/math_train.jsonl, no reward model, then base vs GRPO vs PPO on held-out problems of data/math_test.jsonl: format
+rate and verifier accuracy (95% interval) and each accuracy gain (paired 95% interval).
 GRPO and PPO also evaluate held-out prompts at each checkpoint while they train (--eval_prompts): the summary shows
 that curve, and any health alarm of the run's run_report.json. Each stage runs the package's own script as a subprocess
 and prints the command first, so you can re-run or change any stage by hand. Re-running continues: a finished stage has
@@ -117,6 +119,18 @@ TINY = {
     "evaluate": ["--num_prompts", "6", "--num_completions", "2", "--max_new_tokens", "12"],
     "grpo_eval": ["--eval_prompts", "4"],
     "ppo_eval": ["--eval_prompts", "4"],
+}
+
+
+# The judge of the reward-model task: a second reward model, trained as the first is but on 400 pairs of its own that
+# GRPO and PPO never trained against (`data/make_preferences.py --judge`: other wording, and four failures the shipped
+# pairs lack, each as long and fluent as a good answer). Its seed is the same whatever --seed, so that every seed's
+# policies are judged by one model. What it can and cannot catch: docs/evaluation.md, A judge.
+JUDGE_SEED = 4321
+JUDGE_TRAINING = {
+    "real": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8", "--eval_samples",
+             "40", "--logging_steps", "2", "--no_gradient_checkpointing"],
+    "tiny": ["--max_steps", "4", "--per_device_train_batch_size", "4", "--eval_samples", "20", "--logging_steps", "1"],
 }
 
 
@@ -283,8 +297,19 @@ def cli(args=None):
         run_stage(name, [stage_script, *common, "--output_dir", folder, *settings[name.lower()],
                          *settings[f"{name.lower()}_eval"]], timings, folder)
 
+    judged = []
+    if args.task == "rm":  # trained after the policies, which never see it
+        judge_data, judge = out / "judge_preferences.jsonl", out / "judge"
+        run_stage("judge data", [Path("data") / "make_preferences.py", "--judge", "--seed", JUDGE_SEED, "--output",
+                                 judge_data], timings)
+        run_stage("judge", ["train_reward_model.py", "--model_name_or_path", base, "--dataset_name", judge_data,
+                            "--max_samples", 0, "--seed", JUDGE_SEED, *ONE_CHECKPOINT, "--output_dir", judge,
+                            *JUDGE_TRAINING["tiny" if args.tiny else "real"]], timings, judge)
+        data += ["--judge_model_name_or_path", judge]
+        judged = [judge]
+
     evaluation = out / "evaluation.json"
-    if up_to_date(evaluation, trained):
+    if up_to_date(evaluation, [*trained, *judged]):
         print(f"\n=== evaluation === up to date in {evaluation}")
     else:
         run_stage("evaluation", ["evaluate_generations.py", "--model_path", base, *trained, *data, *seed,
@@ -311,7 +336,7 @@ def next_command(out, task, base):
 
 def summarize(out, args, evaluation, timings, trained, base):
     """Print the result and write it to quickstart_summary.json."""
-    from rlhf.evaluation.report import gain_interval, win_interval
+    from rlhf.evaluation.report import disagreement, gain_interval, win_interval
 
     report = json.loads(evaluation.read_text())
     lines, summary = ["", "=== summary ==="], {"task": args.task, "seed": args.seed, "timings_s": timings}
@@ -323,6 +348,10 @@ def summarize(out, args, evaluation, timings, trained, base):
         summary["reward_accuracy"] = accuracy
         lines.append(f"reward model: held-out pairwise accuracy {accuracy['accuracy']:.2f} on "
                      f"{accuracy['num_pairs']} pairs")
+        judge = json.loads((out / "judge" / "reward_accuracy.json").read_text())
+        summary["judge_accuracy"] = judge
+        lines.append(f"judge: held-out pairwise accuracy {judge['accuracy']:.2f} on {judge['num_pairs']} of its own "
+                     "pairs (its win rates below: a model GRPO and PPO never trained against)")
     for model in report["models"]:
         s = model["summary"]
         line = (f"{Path(model['model_path']).name:>24}: mean reward {s['mean_reward']:+.3f}, EOS rate "
@@ -337,7 +366,11 @@ def summarize(out, args, evaluation, timings, trained, base):
         if "accuracy_delta" in c:
             gain = gain_interval(c["accuracy_delta_ci_low"], c["accuracy_delta_ci_high"], " to ")
             line += f", accuracy {c['accuracy_delta']:+.1%} (paired 95% CI {gain})"
+        if "judge" in c:
+            j = c["judge"]
+            line += f"; judge {j['win_rate']:.2f} (95% CI {win_interval(j['ci_low'], j['ci_high'], '-')})"
         lines.append(line)
+    lines += [line for line in map(disagreement, report["comparison"]) if line]
     for folder in trained:
         curve, alarms = held_out_curve(folder), health_alarms(folder)
         summary.setdefault("held_out", {})[folder.name] = curve

@@ -1,12 +1,21 @@
 """Write `data/preferences.jsonl`: a small preference set in the Intel ORCA schema, written by this project.
 
     python data/make_preferences.py            # rewrites data/preferences.jsonl (deterministic)
+    python data/make_preferences.py --judge --seed 4321 --output judge_preferences.jsonl   # a judge's pairs
 
 Every row is generated here from the topic notes below; nothing is copied from a third-party dataset.
 The preference is one a 135M model can learn: the chosen answer is on topic, informative and complete;
 the rejected one fails in a common way (refusal, off-topic, curt, rude, repetitive or cut off).
+
+`--judge` writes the pairs of a judge (a second reward model, docs/evaluation.md): pairs a reward model trained on
+the shipped set never saw, built to catch what a policy trained against that reward model could learn to exploit.
+Its chosen answers are worded in either of two sets of phrases (the shipped set's and another), so that wording is
+no signal; its rejected answers fail in the six shipped ways and in four the shipped set never shows, each as long
+and fluent as a good answer: empty praise, the topic's frame around another topic's facts, one right sentence
+looping, a whole answer cut off mid-sentence.
 """
 
+import argparse
 import json
 import random
 import sys
@@ -114,6 +123,72 @@ def chosen_answer(topic, what, why, rng):
     return f"{opening} {middle} {closing}"
 
 
+# The judge's other wording of a chosen answer (`--judge`): each part is drawn from these and the shipped phrases.
+def other_openings(topic, what):
+    return [f"Put simply, {topic} comes down to this: {what}.", f"A quick answer about {topic}: {what}.",
+            f"Let me explain {topic}. {what[0].upper() + what[1:]}."]
+
+
+def other_middles(why):
+    return [f"The reason it matters is that {why}.", f"It is worth knowing because {why}.",
+            f"This matters since {why}."]
+
+
+def other_closings(topic):
+    return ["Feel free to ask a follow-up question.", "I hope that makes it clearer.",
+            f"So that is {topic} in a nutshell."]
+
+
+def shipped_openings(topic, what):
+    return [f"Here is the short version of {topic}: {what}.",
+            f"When people talk about {topic}, they mean this: {what}.",
+            f"{topic[0].upper() + topic[1:]} in one sentence: {what}."]
+
+
+def shipped_middles(why):
+    return [f"This is important because {why}.", f"It matters because {why}.", f"Why should you care? Because {why}."]
+
+
+def shipped_closings(topic):
+    return ["I hope this helps!", "Let me know if you would like more detail.",
+            f"That is the main idea behind {topic}."]
+
+
+def judge_answer(topic, what, why, rng):
+    """An answer in either wording (the judge's chosen one, or the frame of a rejected one): three sentences."""
+    return [rng.choice(shipped_openings(topic, what) + other_openings(topic, what)),
+            rng.choice(shipped_middles(why) + other_middles(why)),
+            rng.choice(shipped_closings(topic) + other_closings(topic))]
+
+
+JUDGE_MODES = ["empty_praise", "wrong_facts", "looping", "cut_off_long"]
+
+
+def judge_rejected_answer(topic, what, why, rng):
+    """A rejected answer of the judge's pairs: one of the shipped six failures or the four the shipped set lacks."""
+    mode = rng.choice(["shipped"] * 6 + JUDGE_MODES)
+    if mode == "shipped":
+        return rejected_answer(topic, what, rng)
+    if mode == "empty_praise":  # on topic, polite and long, and says nothing
+        praise = rng.choice([f"What a great question! {topic[0].upper() + topic[1:]} is a fascinating subject that "
+                             "many people wonder about.", f"{topic[0].upper() + topic[1:]} is one of the most "
+                             "interesting things you could ask about, and I am glad you did."])
+        filler = rng.choice(["There is a lot to say about it, and it is well worth learning about.",
+                             "Many experts have studied it for years, and it comes up again and again in daily life.",
+                             "It is important, it is interesting, and everyone should know a little about it."])
+        return mode, f"{praise} {filler} {rng.choice(shipped_closings(topic) + other_closings(topic))}"
+    if mode == "wrong_facts":  # the question's topic, another topic's facts, in a good answer's frame
+        other_what, other_why = TOPICS[rng.choice([t for t in TOPICS if t != topic])]
+        return mode, " ".join(judge_answer(topic, other_what, other_why, rng))
+    if mode == "looping":  # a right first sentence, over and over
+        return mode, " ".join([judge_answer(topic, what, why, rng)[0]] * rng.randint(3, 4))
+    words = " ".join(judge_answer(topic, what, why, rng)).split()  # a whole answer stopped mid-sentence
+    end = len(words) * rng.randint(55, 80) // 100
+    while words[end - 1].endswith((".", "!", "?", ":")):  # not at a sentence's end
+        end -= 1
+    return mode, " ".join(words[:end])
+
+
 def rejected_answer(topic, what, rng):
     other = rng.choice([t for t in TOPICS if t != topic])
     other_what, _ = TOPICS[other]
@@ -134,28 +209,60 @@ def rejected_answer(topic, what, rng):
     return mode, " ".join(words[: max(3, len(words) // 3)])
 
 
-def make_rows(num_pairs=NUM_PAIRS, seed=SEED):
+def make_rows(num_pairs=NUM_PAIRS, seed=SEED, judge=False, modes=None):
+    """The pairs, shuffled; `judge`: the judge's (see the top); `modes`, a list, receives each rejected's failure."""
     rng = random.Random(seed)
     rows = []
     for i in range(num_pairs):
         topic = list(TOPICS)[i % len(TOPICS)]
         what, why = TOPICS[topic]
-        _, rejected = rejected_answer(topic, what, rng)
+        mode, rejected = judge_rejected_answer(topic, what, why, rng) if judge else rejected_answer(topic, what, rng)
         rows.append({
             "system": rng.choice(SYSTEMS),
             "question": rng.choice(QUESTIONS).format(topic=topic),
-            "chosen": chosen_answer(topic, what, why, rng),
+            "chosen": " ".join(judge_answer(topic, what, why, rng)) if judge else chosen_answer(topic, what, why, rng),
             "rejected": rejected,
         })
+        if modes is not None:
+            rows[-1] = (rows[-1], mode)
     rng.shuffle(rows)
+    if modes is not None:
+        modes += [mode for _, mode in rows]
+        rows = [row for row, _ in rows]
     return rows
 
 
-def main(path=OUTPUT):
-    rows = make_rows()
-    Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    print(f"Wrote {len(rows)} preference pairs to {path}")
+def main(path=OUTPUT, seed=SEED, num_pairs=NUM_PAIRS, judge=False):
+    """Write the pairs to `path`. Another set than the shipped one never replaces the shipped file, and a file that
+    holds other rows is kept (the same rows again are left as they are)."""
+    path = Path(path)
+    shipped = (seed, num_pairs, judge) == (SEED, NUM_PAIRS, False)
+    if not shipped and path.resolve() == OUTPUT:
+        refuse(f"--judge, --seed and --num_pairs write other pairs than the shipped {OUTPUT}; give --output PATH")
+    text = "".join(json.dumps(row) + "\n" for row in make_rows(num_pairs, seed, judge))
+    if path.resolve() != OUTPUT and path.exists():
+        if path.read_text(encoding="utf-8") != text:
+            refuse(f"{path} exists and holds other rows; it is kept: give another --output, or delete it first if "
+                   "it may go")
+        print(f"{path} already holds these {num_pairs} preference pairs")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"Wrote {num_pairs} {'judge ' if judge else ''}preference pairs to {path}")
+
+
+def refuse(message):
+    """A mistake of the caller's: one line, exit code 2 (as the package's scripts end a user error)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default=OUTPUT, help="where the pairs go (default: the shipped file, which only "
+                        "the shipped settings may write)")
+    parser.add_argument("--seed", type=int, default=SEED, help="seed of every draw (the shipped set: 1234)")
+    parser.add_argument("--num_pairs", type=int, default=NUM_PAIRS, help="pairs written (the shipped set: 400)")
+    parser.add_argument("--judge", action="store_true", help="a judge's pairs: other wording, four more failures")
+    args = parser.parse_args()
+    main(args.output, args.seed, args.num_pairs, args.judge)

@@ -31,7 +31,7 @@ HELP_GROUPS = {
              "max_prompt_length", "system_prompt", "max_length"),
     "Reward": ("reward_model_name_or_path", "reward_model_dtype", "reward_funcs", "reward_weights",
                "boxed_correct_reward", "boxed_wrong_reward", "boxed_missing_reward", "value_model_path",
-               "missing_eos_penalty"),
+               "missing_eos_penalty", "judge_model_name_or_path"),
     "Batch and generation": ("prompts_per_step", "prompts_per_generation", "prompts_per_rollout", "num_generations",
                              "num_completions", "per_device_train_batch_size", "gradient_accumulation_steps",
                              "batch_size", "max_completion_length", "max_new_tokens", "temperature", "top_p",

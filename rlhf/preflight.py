@@ -89,7 +89,7 @@ def reward_model(model_args, training_args):
 
 def evaluation(args, rewards):
     """evaluate_generations.py: every model (one prompt length for all, fitted to the shortest context where it is
-    the default), the data, the rewards, and the report's path. Independent mistakes are said together."""
+    the default), the data, the rewards, the judge, and the report's path. Independent mistakes are said together."""
     from rlhf.evaluation.report import check_writable
 
     if not args.model_path:
@@ -108,8 +108,23 @@ def evaluation(args, rewards):
         problems.run(check_model_source, rewards.reward_model_name_or_path, "reward model",
                      "--reward_model_name_or_path", REWARD_HINT)
     problems.run(check_reward_weights, args.reward_weights, rewards.reward_funcs)
+    if args.judge_model_name_or_path is not None:
+        problems.run(_check_judge, args.judge_model_name_or_path, rewards, args.trust_remote_code)
     problems.run(check_writable, args.output_file)
     problems.raise_them()
+
+
+def _check_judge(judge, rewards, trust_remote_code):
+    """The judge: a one-output sequence classifier, and not the reward model itself (which agrees by construction)."""
+    from pathlib import Path
+
+    check_reward_model(judge, trust_remote_code, "judge")
+    reward_model = rewards.reward_model_name_or_path
+    if "reward_model" in rewards.reward_funcs and (
+            judge == reward_model or Path(judge).expanduser().resolve() == Path(reward_model).expanduser().resolve()):
+        raise UserError(f"--judge_model_name_or_path {judge} is the reward model that scores the completions "
+                        "(--reward_model_name_or_path), which agrees with itself by construction; give a judge the "
+                        "policies never trained against, or drop the flag")
 
 
 class Problems:

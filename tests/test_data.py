@@ -267,3 +267,73 @@ def test_prompts_too_few_for_one_batch_are_refused_and_a_remainder_is_said():
     note = check_prompts_fill_batches(100, 64, "--prompts_per_generation", "generation")
     assert note.startswith("note: 100 prompts do not divide into generations of 64 (--prompts_per_generation): 36 "
                            "prompts of each epoch go unused")
+
+
+def load_generator():
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("make_preferences", ROOT / "data" / "make_preferences.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    return generator
+
+
+def test_a_judges_pairs_are_worded_both_ways_and_fail_in_four_more_ways_each_as_long_as_a_good_answer():
+    generator = load_generator()
+    modes = []
+    rows = generator.make_rows(400, 4321, judge=True, modes=modes)
+    assert rows == generator.make_rows(400, 4321, judge=True) and rows != generator.make_rows(400, 4322, judge=True)
+    assert set(modes) == {"refusal", "off_topic", "curt", "rude", "repetitive", "cut_off", *generator.JUDGE_MODES}
+    assert all(row["chosen"] != row["rejected"] for row in rows)
+    # Wording is no signal: chosen answers open with the shipped phrases and with others.
+    assert 0.3 < sum(row["chosen"].startswith("Here is the short version") or " in one sentence: " in row["chosen"]
+                     or row["chosen"].startswith("When people talk about") for row in rows) / len(rows) < 0.7
+    shipped_chosen = [len(row["chosen"]) for row in generator.make_rows()]
+    for row, mode in zip(rows, modes):
+        topic = next(t for t in generator.TOPICS if t in row["question"])
+        what, why = generator.TOPICS[topic]
+        if mode in generator.JUDGE_MODES:  # as long as a good answer (the shipped rejected ones are short)
+            assert len(row["rejected"]) >= min(shipped_chosen) * 0.6, (mode, row["rejected"])
+        if mode == "empty_praise":
+            assert topic in row["rejected"].lower() and what not in row["rejected"] and why not in row["rejected"]
+        elif mode == "wrong_facts":
+            text = row["rejected"].lower()  # an opening may capitalise the facts
+            assert topic in text and what.lower() not in text
+            assert any(facts[0].lower() in text and facts[1].lower() in text
+                       for other, facts in generator.TOPICS.items() if other != topic)
+        elif mode == "looping":
+            words = row["rejected"].split()  # one opening sentence, 3 or 4 times
+            assert any(len(words) % k == 0 and words == words[: len(words) // k] * k for k in (3, 4))
+            assert words[-1].endswith(".") and topic in row["rejected"].lower()
+        elif mode == "cut_off_long":
+            assert row["chosen"] != row["rejected"] and not row["rejected"].endswith((".", "!", "?"))
+
+
+def test_the_generator_writes_a_judges_pairs_only_where_asked_and_keeps_a_file_of_other_rows(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    def generate(*args):
+        return subprocess.run([sys.executable, ROOT / "data" / "make_preferences.py", *map(str, args)],
+                              capture_output=True, text=True, cwd=tmp_path)
+
+    shipped = (ROOT / "data" / "preferences.jsonl").read_text()
+    refused = generate("--judge", "--seed", "4321")  # would replace the shipped file
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: --judge, --seed and --num_pairs write other pairs than the shipped "
+        f"{ROOT / 'data' / 'preferences.jsonl'}; give --output PATH"]
+    assert (ROOT / "data" / "preferences.jsonl").read_text() == shipped
+    out = tmp_path / "judge" / "pairs.jsonl"
+    first = generate("--judge", "--seed", "4321", "--output", out)
+    assert first.returncode == 0 and first.stdout == f"Wrote 400 judge preference pairs to {out}\n"
+    written = out.read_text()
+    assert len(written.splitlines()) == 400 and written != shipped
+    again = generate("--judge", "--seed", "4321", "--output", out)  # the quickstart re-run: nothing changes
+    assert again.returncode == 0 and "already holds these 400 preference pairs" in again.stdout
+    other = generate("--judge", "--seed", "7", "--output", out)
+    assert other.returncode == 2 and f"error: {out} exists and holds other rows; it is kept" in other.stderr
+    assert out.read_text() == written

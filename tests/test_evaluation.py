@@ -440,3 +440,191 @@ def test_an_adapter_whose_base_declares_an_end_of_turn_id_is_scored_as_ended_the
     # no box in a random model's text: an ended completion has no answer (0), one cut off the lower of the two (-1)
     assert all(c["reward"] == (0.0 if c["ended_with_eos"] else -1.0) for c in completions)
     assert sum(c["ended_with_eos"] for c in completions) >= 6
+
+
+# ---- A judge: a second reward model scoring every completion, its win rates beside the reward's
+
+
+def test_an_interval_shows_a_win_or_a_loss_only_wholly_off_one_half():
+    from rlhf.evaluation.stats import interval_verdict
+
+    assert interval_verdict(0.504, 0.7) == "win" and interval_verdict(0.2, 0.499) == "loss"
+    assert interval_verdict(0.5, 0.7) == interval_verdict(0.3, 0.5) == interval_verdict(0.4, 0.6) == "not shown"
+
+
+@pytest.mark.parametrize("reward, judge, agreement", [
+    ((0.55, 0.70), (0.30, 0.45), "disagree"),      # a win under the reward, a loss under the judge
+    ((0.30, 0.45), (0.55, 0.70), "disagree"),      # and the other way round
+    ((0.55, 0.70), (0.45, 0.60), "inconclusive"),  # a win the judge does not confirm
+    ((0.40, 0.60), (0.20, 0.45), "inconclusive"),
+    ((0.55, 0.70), (0.51, 0.90), "agree"),
+    ((0.30, 0.45), (0.10, 0.40), "agree"),
+    ((0.40, 0.60), (0.50, 0.70), "agree"),         # neither shows anything: touching 0.5 is no win
+    ((0.50, 0.70), (0.30, 0.45), "inconclusive"),
+])
+def test_the_judge_disagrees_only_where_one_interval_shows_a_win_and_the_other_a_loss(reward, judge, agreement):
+    from rlhf.evaluation.stats import judge_agreement
+
+    def interval(bounds):
+        return {"ci_low": bounds[0], "ci_high": bounds[1]}
+
+    assert judge_agreement(interval(reward), interval(judge)) == agreement
+
+
+def judged(*per_prompt):
+    """Completions given by (reward, judge's reward) pairs, one list per prompt."""
+    return [[{"reward": r, "judge_reward": j, "num_tokens": 3, "ended_with_eos": True} for r, j in prompt]
+            for prompt in per_prompt]
+
+
+def test_the_judges_win_rate_is_taken_on_its_own_scores_and_summarised_beside_the_rewards():
+    # The model wins every pair under the reward and loses every pair under the judge, on 3 prompts.
+    model = judged([(1.0, -1.0)] * 2, [(2.0, 0.0)] * 2, [(3.0, 1.0)] * 2)
+    baseline = judged([(0.0, 0.0)] * 2, [(1.0, 1.0)] * 2, [(2.0, 2.0)] * 2)
+    result = compare(model, baseline)
+    assert (result["win_rate"], result["ci_low"], result["mean_reward_delta"]) == (1.0, 1.0, 1.0)
+    assert result["judge"] == {"win_rate": 0.0, "ci_low": 0.0, "ci_high": 0.0, "mean_reward_delta": -1.0,
+                               "agreement": "disagree"}
+    summary = summarize(model)
+    assert summary["mean_reward"] == 2.0 and summary["judge"]["mean_reward"] == 0.0
+    assert summary["judge"]["std_reward"] == pytest.approx((2 / 3) ** 0.5)
+    assert "judge" not in compare(rewarded([1.0]), rewarded([0.0])) and "judge" not in summarize(rewarded([1.0]))
+
+
+def test_the_table_puts_the_judges_win_rates_beside_the_rewards_and_says_where_they_disagree():
+    from rlhf.evaluation.report import disagreement
+
+    def summary(mean):
+        return {"mean_reward": mean, "std_reward": 0.1, "eos_rate": 1.0, "mean_length": 3.0,
+                "reward_length_correlation": None,
+                "judge": {"mean_reward": -mean, "std_reward": 0.2, "reward_length_correlation": 0.5}}
+
+    def against(path, reward, judge, agreement):
+        return {"model_path": path, "win_rate": sum(reward) / 2, "ci_low": reward[0], "ci_high": reward[1],
+                "mean_reward_delta": 0.1, "judge": {"win_rate": sum(judge) / 2, "ci_low": judge[0],
+                                                    "ci_high": judge[1], "mean_reward_delta": -0.1,
+                                                    "agreement": agreement}}
+
+    comparison = [against("grpo", (0.6, 0.8), (0.2, 0.4), "disagree"),
+                  against("ppo", (0.2, 0.4), (0.6, 0.8), "disagree"),
+                  against("sft", (0.6, 0.8), (0.4, 0.6), "inconclusive")]
+    results = [{"model_path": path, "summary": summary(0.5)} for path in ("base", "grpo", "ppo", "sft")]
+    lines = format_table(results, comparison).splitlines()
+    header = lines.index("model   judge mean±std corr(len)  win rate: reward       win rate: judge")
+    assert lines[header + 1] == "base    -0.500±0.200       +0.50  (baseline)"
+    assert lines[header + 2] == "grpo    -0.500±0.200       +0.50  0.70 [0.60, 0.80]      0.30 [0.20, 0.40]"
+    assert lines[header + 5:] == [disagreement(comparison[0]), disagreement(comparison[1])]  # one line each
+    assert disagreement(comparison[0]) == (
+        "disagreement: grpo wins against the baseline under the reward (0.70 [0.60, 0.80]) and loses under the judge "
+        "(0.30 [0.20, 0.40]): a win under the reward that a judge it never trained against sees as a loss: it may "
+        "have learnt what the reward model pays rather than what it stands for; read its completions")
+    assert disagreement(comparison[1]).startswith("disagreement: ppo loses against the baseline under the reward "
+                                                  "(0.30 [0.20, 0.40]) and wins under the judge (0.70 [0.60, 0.80])")
+    assert disagreement(comparison[2]) is None
+
+
+def judge_args(tiny_models, tmp_path, judge, *models):
+    return [*eval_args(tiny_models, tmp_path / "e.json", *(models or [tiny_models["policy"]])),
+            "--judge_model_name_or_path", judge]
+
+
+@pytest.mark.parametrize("judge, message", [
+    ("./no_such_judge", "--judge_model_name_or_path"),
+    ("policy", "judge {} must be a sequence classifier with num_labels=1 (it has architectures=['LlamaForCausalLM']"),
+    ("two_labels", "judge {} must be a sequence classifier with num_labels=1 (it has architectures="
+                   "['LlamaForSequenceClassification'], num_labels=2)"),
+    ("reward_model", "--judge_model_name_or_path {} is the reward model that scores the completions"),
+    ("file", "judge {} is a file; point --judge_model_name_or_path at a model folder"),
+])
+def test_a_judge_that_cannot_judge_is_refused_in_one_line_before_any_model_loads(tiny_models, tmp_path, run_cli, judge,
+                                                                                  message):
+    from transformers import AutoConfig
+
+    if judge == "two_labels":
+        tiny.build_reward_model(tmp_path / judge, tiny.build_tokenizer())
+        config = AutoConfig.from_pretrained(tmp_path / judge)
+        config.num_labels = 2
+        config.save_pretrained(tmp_path / judge)
+        judge = tmp_path / judge
+    elif judge == "file":
+        judge = tmp_path / "judge.safetensors"
+        judge.write_text("")
+    elif judge in tiny_models:
+        judge = tiny_models[judge]
+    line = error_line(run_cli("evaluate_generations.py", *judge_args(tiny_models, tmp_path, judge)))
+    assert message.format(judge) in line and line.count("error:") == 1
+    assert not (tmp_path / "e.json").exists()
+
+
+def test_a_bad_judge_is_said_together_with_the_other_mistakes(tiny_models, tmp_path, run_cli):
+    args = judge_args(tiny_models, tmp_path, tmp_path / "no_judge", tmp_path / "no_model")
+    line = error_line(run_cli("evaluate_generations.py", *args))
+    assert line.startswith("error: 2 things to fix: (1) model ") and "(2) judge " in line
+    assert "--judge_model_name_or_path" in line
+
+
+def negated(reward_model, path):
+    """A copy of `reward_model` whose score head is negated: it ranks every pair the other way round."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(reward_model, path)
+    weights = load_file(path / "model.safetensors")
+    weights["score.weight"] = -weights["score.weight"]
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+@pytest.mark.slow
+def test_a_judge_that_ranks_the_other_way_round_disagrees_in_one_line_per_model(tiny_models, tmp_path):
+    from transformers import AutoTokenizer
+
+    # Policies that write one token over and over: the tiny reward model scores one's text above every text of the
+    # tiny policy's, the other's below (measured: win rates 1.0 and 0.0).
+    vocab = AutoTokenizer.from_pretrained(tiny_models["policy"]).get_vocab()
+    above, below = (tiny.ending_policy(tiny_models["policy"], tmp_path / token, vocab[token], 0.95)
+                    for token in ("olor", "ree"))
+    judge = negated(tiny_models["reward_model"], tmp_path / "negated")
+    result = run_script("evaluate_generations.py",
+                        *judge_args(tiny_models, tmp_path, judge, tiny_models["policy"], above, below))
+    assert_ok(result)
+    report = json.loads((tmp_path / "e.json").read_text())
+    wins, losses = report["comparison"]
+    assert wins["ci_low"] > 0.5 and losses["ci_high"] < 0.5, "the policies no longer win and lose outright"
+    for c in (wins, losses):
+        assert c["judge"]["win_rate"] == pytest.approx(1 - c["win_rate"]) and c["judge"]["agreement"] == "disagree"
+    assert report["config"]["judge_model_name_or_path"] == str(judge)
+    assert report["config"]["scoring"]["judge"] == {"path": str(judge), "dtype": "float32"}
+    lines = [line for line in result.stdout.splitlines() if line.startswith("disagreement: ")]
+    assert [line.split()[1] for line in lines] == [str(above), str(below)]
+    assert "wins against the baseline under the reward" in lines[0] and "loses under the judge" in lines[0]
+
+
+@pytest.mark.slow
+def test_a_judge_with_its_own_tokenizer_scores_beside_the_verifier_when_no_reward_model_scores(tiny_models, tmp_path):
+    """The math task: no reward model, the verifier's win rate; the judge scores with its own tokenizer, template."""
+    from rlhf.rewards.reward_model import load_reward_model, score_conversations
+
+    data = tiny.write_jsonl(tmp_path / "math.jsonl", [{"question": f"What is {a} + 1?", "ground_truth": str(a + 1)}
+                                                      for a in range(6)])
+    judge = tiny_models["other_reward_model"]  # another vocabulary than the policy's
+    out = tmp_path / "e.json"
+    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], tiny_models["policy"],
+                        "--dataset_name", data, "--train_samples", "0", "--num_prompts", "3", "--num_completions", "2",
+                        "--max_new_tokens", "6", "--reward_funcs", "boxed_answer", "--judge_model_name_or_path", judge,
+                        "--output_file", out)
+    assert_ok(result)
+    report = json.loads(out.read_text())
+    assert "reward_model" not in report["config"]["scoring"] and report["config"]["scoring"]["judge"]["path"] == str(
+        judge)
+    (comparison,) = report["comparison"]
+    assert comparison["judge"]["win_rate"] == 0.5 and comparison["judge"]["agreement"] == "agree"  # itself again
+    model, tokenizer = load_reward_model(str(judge))
+    prompts = report["models"][0]["prompts"]
+    conversations = [p["prompt"] + [{"role": "assistant", "content": c["text"]}] for p in prompts
+                     for c in p["completions"]]
+    expected = score_conversations(model, tokenizer, conversations)
+    assert [c["judge_reward"] for p in prompts for c in p["completions"]] == pytest.approx(expected, abs=1e-5)
+    assert len(set(expected)) > 1  # the judge tells the completions apart
+    assert "win rate: judge" in result.stdout and "disagreement" not in result.stdout

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT, error_line, run_script, script_command, wait_for
+from rlhf.evaluation.report import win_interval
 
 
 @pytest.mark.slow
@@ -54,7 +55,7 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
             text = (out / stage / "run_report.md").read_text()
             assert "deleted after training; the folder keeps the final model" in text, stage
     # GRPO and PPO also kept their best checkpoint by the held-out evaluation (--save_total_limit 1 -> 2).
-    assert result.stdout.count("finished: deleted its checkpoints (") == 3
+    assert result.stdout.count("finished: deleted its checkpoints (") == 4  # the reward model, the judge, GRPO, PPO
     assert "reward model finished: deleted its checkpoints (checkpoint-4, " in result.stdout
     # The held-out evaluation during training, at step 0 and each checkpoint: in the summary, one line per stage.
     for stage in ("grpo", "ppo"):
@@ -64,6 +65,22 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
                                                                 for _, value, low, high in curve["points"])
         assert f"{stage} held-out win rate during training: 0 -> 0.50 [0.50, 0.50], 2 -> " in result.stdout
         assert isinstance(summary["health"][stage], list)
+    # A judge GRPO and PPO never trained against: a second reward model on pairs of its own (make_preferences.py
+    # --judge), its seed fixed whatever --seed; its win rates beside the reward model's, in the summary and its JSON.
+    for stage in ("judge data", "judge"):
+        assert f"=== {stage} ===" in result.stdout
+    assert f"make_preferences.py --judge --seed 4321 --output {out / 'judge_preferences.jsonl'}" in result.stdout
+    judge = json.loads((out / "judge" / "run_manifest.json").read_text())["config"]
+    assert judge["RewardTrainingConfig"]["seed"] == 4321
+    assert judge["PreferenceDataArguments"]["dataset_name"] == str(out / "judge_preferences.jsonl")
+    assert summary["judge_accuracy"]["num_pairs"] == 20 and 0 <= summary["judge_accuracy"]["accuracy"] <= 1
+    evaluated = json.loads((out / "evaluation.json").read_text())["config"]
+    assert evaluated["judge_model_name_or_path"] == str(out / "judge")
+    for c in summary["comparison"]:
+        assert c["judge"]["ci_low"] <= c["judge"]["win_rate"] <= c["judge"]["ci_high"]
+        j = c["judge"]
+        assert f"; judge {j['win_rate']:.2f} (95% CI {win_interval(j['ci_low'], j['ci_high'], '-')})" in result.stdout
+    assert "judge: held-out pairwise accuracy " in result.stdout and "win rate: judge" in result.stdout
     # GRPO samples from the distribution its loss uses (top_p 1.0, in the config TRL got); evaluation with top_p 0.9.
     assert json.loads((out / "grpo" / "run_manifest.json").read_text())["config"]["GRPOTrainingConfig"]["top_p"] == 1
     assert json.loads((out / "evaluation.json").read_text())["config"]["top_p"] == 0.9
@@ -71,7 +88,7 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     # Re-running has nothing to do: each finished stage says so (the scripts' own check), nothing is redone.
     again = run_script("quickstart.py", "--tiny", "--output_dir", out)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert again.stdout.count("nothing to do") == 3 and "=== evaluation === up to date" in again.stdout
+    assert again.stdout.count("nothing to do") == 4 and "=== evaluation === up to date" in again.stdout
     assert "deleted its checkpoints" not in again.stdout
 
 
@@ -101,6 +118,7 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     ppo = json.loads((out / "ppo" / "run_manifest.json").read_text())["config"]["PPOTrainingConfig"]
     assert (ppo["reward_funcs"], ppo["value_model_path"]) == (["boxed_answer", "boxed_format"], None)
     assert not (out / "reward_model").exists()  # PPO scored with the verifier, its value model from the policy
+    assert not (out / "judge").exists() and "judge" not in summary["comparison"][0]  # the verifier is no proxy
 
     # The folder holds a run with other settings (here another seed; an older quickstart or --tiny alike): the
     # stage refuses, and the quickstart's advice is the one that works for it, not "re-run to resume".
@@ -238,3 +256,12 @@ def test_the_real_quickstarts_settings_are_flags_its_scripts_take(task):
     ppo = parsed["ppo"][-1]
     expected = (1.0, "zero", False) if task == "math" else (0.95, "random", True)
     assert (ppo.lam, ppo.value_head_init, ppo.whiten_advantages) == expected
+
+
+def test_the_judges_training_settings_are_flags_the_reward_model_script_takes():
+    import quickstart
+    from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
+    from rlhf.cli import parse_args
+
+    for settings in quickstart.JUDGE_TRAINING.values():
+        parse_args((ModelArguments, PreferenceDataArguments, RewardTrainingConfig), [str(flag) for flag in settings])

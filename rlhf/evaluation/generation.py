@@ -1,4 +1,4 @@
-"""Evaluation's work on models: held-out prompts, sampling completions, scoring and ranking them.
+"""Evaluation's work on models: held-out prompts, sampling completions, scoring (and judging) and ranking them.
 
 The statistics over the scored completions are in `rlhf.evaluation.stats`, the report (table, JSON) in
 `rlhf.evaluation.report`.
@@ -94,3 +94,13 @@ def score(funcs, weights, rows, completions):
     for cs in completions:
         for completion, rank in zip(cs, rank_labels([c["reward"] for c in cs])):
             completion["rank"] = rank
+
+
+def judge(scorer, rows, completions):
+    """Give every completion its `judge_reward`: the judge's score of its prompt and text (`scorer`, a
+    `RewardModelScorer`, which renders them with the judge's own tokenizer and chat template)."""
+    flat = [(row, c) for row, cs in zip(rows, completions) for c in cs]
+    messages = [[{"role": "assistant", "content": c["text"]}] for _, c in flat]
+    scores = scorer([row["prompt"] for row, _ in flat], messages)
+    for (_, completion), value in zip(flat, scores, strict=True):
+        completion["judge_reward"] = value

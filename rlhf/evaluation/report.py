@@ -31,8 +31,29 @@ def gain_interval(low, high, separator=", "):
     return f"{low}{separator}{high}"
 
 
+def win_figure(comparison):
+    """A win rate and its interval, as the table prints them: `0.61 [0.52, 0.70]`."""
+    return f"{comparison['win_rate']:.2f} [{win_interval(comparison['ci_low'], comparison['ci_high'])}]"
+
+
+def disagreement(comparison):
+    """The one line that says the judge and the reward disagree about a model (one interval shows a win, the other a
+    loss: `judge_agreement`), or None."""
+    judge = comparison.get("judge")
+    if not judge or judge["agreement"] != "disagree":
+        return None
+    reward_wins = comparison["ci_low"] > 0.5
+    why = ("a win under the reward that a judge it never trained against sees as a loss: it may have learnt what the "
+           "reward model pays rather than what it stands for" if reward_wins
+           else "the reward and the judge disagree about which is better")
+    return (f"disagreement: {comparison['model_path']} {'wins' if reward_wins else 'loses'} against the baseline "
+            f"under the reward ({win_figure(comparison)}) and {'loses' if reward_wins else 'wins'} under the judge "
+            f"({win_figure(judge)}): {why}; read its completions")
+
+
 def format_table(results, comparison):
-    """The terminal summary of an evaluation: one line per model, then the verifier's figures when it scored."""
+    """The terminal summary of an evaluation: one line per model, then the verifier's figures when it scored, then
+    the judge's beside the reward's (and a line for each model they disagree about) when one judged."""
     wins = [None, *comparison]  # by position: the same model may be given twice (a check that it ties)
     width = max([len("model"), *(len(r["model_path"]) for r in results)])  # whole names: their ends differ
     lines = [f"\n{'model':<{width}} {'reward mean±std':>16} {'EOS':>5} {'tokens':>7} {'corr(len)':>9}  "
@@ -40,8 +61,7 @@ def format_table(results, comparison):
     for r, c in zip(results, wins):
         s = r["summary"]
         corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
-        win = "(baseline)" if c is None else (
-            f"{c['win_rate']:.2f} [{win_interval(c['ci_low'], c['ci_high'])}]  Δreward {c['mean_reward_delta']:+.3f}")
+        win = "(baseline)" if c is None else f"{win_figure(c)}  Δreward {c['mean_reward_delta']:+.3f}"
         lines.append(f"{r['model_path']:<{width}} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} "
                      f"{s['eos_rate']:>5.0%} {s['mean_length']:>7.1f} {corr:>9}  {win}")
     if results and "verifier_accuracy" in results[0]["summary"]:
@@ -56,12 +76,23 @@ def format_table(results, comparison):
                         f"{s['verifier_accuracy_ci_high']:.0%}]")
             lines.append(f"{r['model_path']:<{width}} {s['format_rate']:>6.0%} {accuracy:>20} "
                          f"{s['verifier_timeouts']:>9}  {gain}")
+    if results and "judge" in results[0]["summary"]:
+        lines.append(f"\n{'model':<{width}} {'judge mean±std':>16} {'corr(len)':>9}  {'win rate: reward':<22} "
+                     "win rate: judge")
+        for r, c in zip(results, wins):
+            s = r["summary"]["judge"]
+            corr = "n/a" if s["reward_length_correlation"] is None else f"{s['reward_length_correlation']:+.2f}"
+            win = "(baseline)" if c is None else f"{win_figure(c):<22} {win_figure(c['judge'])}"
+            lines.append(f"{r['model_path']:<{width}} {s['mean_reward']:>8.3f}±{s['std_reward']:<7.3f} {corr:>9}  "
+                         f"{win}")
+        lines += [line for line in map(disagreement, comparison) if line]
     return "\n".join(lines)
 
 
-def scoring_record(rewards, weights, reward_model_dtype):
+def scoring_record(rewards, weights, reward_model_dtype, judge=None):
     """What scored the completions: the reward functions and their weights, the reward model (path, and the dtype
-    it loaded in), the verifier's settings; the report records it beside the models and sampling settings."""
+    it loaded in), the verifier's settings, the judge; the report records it beside the models and sampling
+    settings."""
     from rlhf.rewards import verifier
 
     record = {"reward_funcs": list(rewards.reward_funcs), "reward_weights": list(weights)}
@@ -73,6 +104,8 @@ def scoring_record(rewards, weights, reward_model_dtype):
         record["boxed_answer"] = {"correct": correct, "wrong": wrong, "missing": missing, "timeout": wrong,
                                   "cut_off": min(wrong, missing), "unboxed_correct": unboxed_correct,
                                   "time_limit_s": verifier.TIME_LIMIT, "max_answer_chars": verifier.MAX_ANSWER_CHARS}
+    if judge is not None:
+        record["judge"] = {"path": judge, "dtype": reward_model_dtype}
     return record
 
 

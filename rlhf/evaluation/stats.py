@@ -1,6 +1,7 @@
 """The statistics of this package, pure functions of lists of numbers (unit-tested on their own): summaries of a
-model's completions, comparisons with a baseline (win rate under the reward, verifier accuracy gain) with bootstrap
-intervals over prompts, and a correlation (the evaluation's reward-length figure, the health check's length hacking).
+model's completions, comparisons with a baseline (win rate under the reward and under a judge, verifier accuracy
+gain) with bootstrap intervals over prompts, whether the judge agrees, and a correlation (the evaluation's
+reward-length figure, the health check's length hacking).
 
 The prompt is the unit every interval resamples: the completions of one prompt are not independent of each other.
 """
@@ -52,7 +53,7 @@ def bootstrap_interval(values, num_resamples=2000, confidence=0.95, seed=0):
 
 def summarize(prompts, seed=0):
     """Summary of one model's completions, given per prompt (lists of dicts with `reward`, `num_tokens`,
-    `ended_with_eos`, and `verdict` when the math verifier scored them)."""
+    `ended_with_eos`, `verdict` when the math verifier scored them, `judge_reward` when a judge did)."""
     completions = [c for cs in prompts for c in cs]
     rewards = [c["reward"] for c in completions]
     lengths = [c["num_tokens"] for c in completions]
@@ -77,6 +78,10 @@ def summarize(prompts, seed=0):
             verifier_accuracy_ci_high=high,
             verifier_timeouts=sum(c["verdict"] == "timeout" for c in completions),
         )
+    if "judge_reward" in completions[0]:
+        judged = [c["judge_reward"] for c in completions]
+        summary["judge"] = {"mean_reward": statistics.fmean(judged), "std_reward": statistics.pstdev(judged),
+                            "reward_length_correlation": correlation(lengths, judged)}
     return summary
 
 
@@ -104,23 +109,55 @@ def compare(model_prompts, baseline_prompts, seed=0):
       averaged over prompts; `ci_low`/`ci_high`: its 95% bootstrap interval over prompts; `mean_reward_delta`.
     - With the verifier: `accuracy_delta`, the gain in verifier accuracy, with a paired 95% bootstrap interval
       (`accuracy_delta_ci_low`/`_high`): the per-prompt differences are resampled, prompts being shared.
+    - With a judge (`judge_reward`): `judge`, its win rate, interval and reward delta alike, and its `agreement`
+      with the reward's (`judge_agreement`).
     """
-    def rewards(prompts):
-        return [[c["reward"] for c in cs] for cs in prompts]
-
-    scores = prompt_win_scores(rewards(model_prompts), rewards(baseline_prompts))
-    low, high = bootstrap_interval(scores, seed=seed)
-    flat = [r for rs in rewards(model_prompts) for r in rs]
-    flat_baseline = [r for rs in rewards(baseline_prompts) for r in rs]
-    result = {
-        "win_rate": statistics.fmean(scores),
-        "ci_low": low,
-        "ci_high": high,
-        "mean_reward_delta": statistics.fmean(flat) - statistics.fmean(flat_baseline),
-    }
+    result = win_rate(model_prompts, baseline_prompts, "reward", seed)
     if "verdict" in model_prompts[0][0]:
         deltas = [ours - theirs for ours, theirs in zip(prompt_shares(model_prompts, "correct"),
                                                          prompt_shares(baseline_prompts, "correct"), strict=True)]
         low, high = bootstrap_interval(deltas, seed=seed)
         result.update(accuracy_delta=statistics.fmean(deltas), accuracy_delta_ci_low=low, accuracy_delta_ci_high=high)
+    if "judge_reward" in model_prompts[0][0]:
+        judge = win_rate(model_prompts, baseline_prompts, "judge_reward", seed)
+        result["judge"] = {**judge, "agreement": judge_agreement(result, judge)}
     return result
+
+
+def win_rate(model_prompts, baseline_prompts, key="reward", seed=0):
+    """`win_rate` (ties half), its 95% bootstrap interval over prompts (`ci_low`, `ci_high`) and `mean_reward_delta`
+    of a model against the baseline under the score `key` of each completion (`reward`, or the judge's)."""
+    def rewards(prompts):
+        return [[c[key] for c in cs] for cs in prompts]
+
+    scores = prompt_win_scores(rewards(model_prompts), rewards(baseline_prompts))
+    low, high = bootstrap_interval(scores, seed=seed)
+    flat = [r for rs in rewards(model_prompts) for r in rs]
+    flat_baseline = [r for rs in rewards(baseline_prompts) for r in rs]
+    return {
+        "win_rate": statistics.fmean(scores),
+        "ci_low": low,
+        "ci_high": high,
+        "mean_reward_delta": statistics.fmean(flat) - statistics.fmean(flat_baseline),
+    }
+
+
+def interval_verdict(low, high):
+    """What a win rate's interval shows: "win" when it lies wholly above 0.5, "loss" wholly below, else "not shown"
+    (an interval that touches 0.5 shows nothing)."""
+    if low > 0.5:
+        return "win"
+    if high < 0.5:
+        return "loss"
+    return "not shown"
+
+
+def judge_agreement(reward, judge):
+    """How the judge's win rate reads beside the reward's (each a dict with `ci_low` and `ci_high`): "disagree" when
+    one interval shows a win and the other a loss, "agree" when both show the same, else "inconclusive" (one shows a
+    difference the other does not, e.g. a win under the reward that the judge does not confirm)."""
+    verdicts = {interval_verdict(reward["ci_low"], reward["ci_high"]),
+                interval_verdict(judge["ci_low"], judge["ci_high"])}
+    if verdicts == {"win", "loss"}:
+        return "disagree"
+    return "agree" if len(verdicts) == 1 else "inconclusive"

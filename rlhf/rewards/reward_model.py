@@ -22,6 +22,11 @@ from rlhf.models import (
 from rlhf.processes import is_main_process
 
 REWARD_HINT = f" (no reward model yet? `{script('train_reward_model.py')}` makes one)"
+JUDGE_HINT = (f" (a judge is a reward model the policies never trained against: `{script('train_reward_model.py')}` "
+              "makes one from other preference pairs; docs/evaluation.md)")
+# What a sequence classifier that scores completions is called in messages: its flag, and where to get one.
+ROLES = {"reward model": ("--reward_model_name_or_path", REWARD_HINT),
+         "judge": ("--judge_model_name_or_path", JUDGE_HINT)}
 PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
 
 
@@ -66,12 +71,13 @@ def tokenize_pairs(pairs, tokenizer, max_length=None):
     return tokenized
 
 
-def check_reward_model(path, trust_remote_code=False):
-    """Refuse, from its config alone (no weights), a reward model that is not a one-output sequence classifier: a
-    causal LM would load with a new random score head. Returns `path`."""
-    check_model_source(path, "reward model", "--reward_model_name_or_path", REWARD_HINT)
+def check_reward_model(path, trust_remote_code=False, what="reward model"):
+    """Refuse, from its config alone (no weights), a reward model (or a judge: `what`) that is not a one-output
+    sequence classifier: a causal LM would load with a new random score head. Returns `path`."""
+    flag, hint = ROLES[what]
+    check_model_source(path, what, flag, hint)
     if adapter_base(path) is None:
-        _check_classifier(path, model_config(path, trust_remote_code, "reward model"))
+        _check_classifier(path, model_config(path, trust_remote_code, what), what)
     return path
 
 
@@ -89,19 +95,19 @@ def check_value_model(path, trust_remote_code=False):
     return path
 
 
-def _check_classifier(path, config):
+def _check_classifier(path, config, what="reward model"):
     if config is None:  # not readable before loading (the bundled model before its conversion)
         return
     architectures = config.architectures or []
     if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
         raise UserError(
-            f"reward model {path} must be a sequence classifier with num_labels=1 (it has architectures="
+            f"{what} {path} must be a sequence classifier with num_labels=1 (it has architectures="
             f"{architectures}, num_labels={config.num_labels}); train one with `{script('train_reward_model.py')}`"
         )
 
 
-def load_reward_model(path, dtype="float32", trust_remote_code=False):
-    """Load a frozen sequence-classification reward model and its own tokenizer.
+def load_reward_model(path, dtype="float32", trust_remote_code=False, what="reward model"):
+    """Load a frozen sequence-classification reward model (or a judge: `what`) and its own tokenizer.
 
     The model is put in eval mode with gradients off. Its `pad_token_id` is set from its tokenizer (made distinct
     from EOS), because sequence classifiers read the score at the last token that is not padding. A LoRA adapter
@@ -109,12 +115,12 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False):
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    path = loadable(check_reward_model(path, trust_remote_code))
+    path = loadable(check_reward_model(path, trust_remote_code, what))
     if adapter_base(path) is None:
         try:
-            _check_classifier(path, AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code))
+            _check_classifier(path, AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code), what)
         except OSError as error:
-            raise UserError(f"cannot load reward model {path} ({first_line(error)}){REWARD_HINT}") from None
+            raise UserError(f"cannot load {what} {path} ({first_line(error)}){ROLES[what][1]}") from None
     tokenizer = ensure_distinct_pad(
         AutoTokenizer.from_pretrained(tokenizer_source(path), trust_remote_code=trust_remote_code)
     )
@@ -201,14 +207,15 @@ def check_finite(values, source, step):
         )
 
 
-def reward_model_scorer(path, dtype, trust_remote_code, device, batch_size=16):
-    """Load the frozen reward model onto `device` and wrap it as a reward function (a `RewardModelScorer`). It loads
-    whole in each process (`loading_whole`): under ZeRO-3 no DeepSpeed engine wraps it."""
+def reward_model_scorer(path, dtype, trust_remote_code, device, batch_size=16, what="reward model"):
+    """Load the frozen reward model (or a judge: `what`) onto `device` and wrap it as a reward function (a
+    `RewardModelScorer`). It loads whole in each process (`loading_whole`): under ZeRO-3 no DeepSpeed engine wraps
+    it."""
     from rlhf.trl_compat import loading_whole
 
     with loading_whole():
-        model, tokenizer = load_reward_model(path, dtype, trust_remote_code)
-    return RewardModelScorer(model.to(device), tokenizer, path, batch_size)
+        model, tokenizer = load_reward_model(path, dtype, trust_remote_code, what)
+    return RewardModelScorer(model.to(device), tokenizer, path, batch_size, what)
 
 
 class RewardModelScorer:
@@ -221,14 +228,14 @@ class RewardModelScorer:
 
     __name__ = "reward_model"
 
-    def __init__(self, model, tokenizer, path, batch_size=16):
-        self.model, self.tokenizer, self.path, self.batch_size = model, tokenizer, path, batch_size
+    def __init__(self, model, tokenizer, path, batch_size=16, what="reward model"):
+        self.model, self.tokenizer, self.path, self.batch_size, self.what = model, tokenizer, path, batch_size, what
 
     def __call__(self, prompts, completions, trainer_state=None, **kwargs):
         conversations = [prompt + completion for prompt, completion in zip(prompts, completions)]
         scores = score_conversations(self.model, self.tokenizer, conversations, self.batch_size)
         step = trainer_state.global_step + 1 if trainer_state else "?"
-        check_finite(scores, f"reward model {self.path}", step)
+        check_finite(scores, f"{self.what} {self.path}", step)
         return scores
 
 
