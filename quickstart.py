@@ -41,6 +41,11 @@ MATH_SYSTEM_PROMPT = (
     "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. The answer is "
     "\\boxed{5}"
 )
+# For the reward-model task's rows that have no system message of their own (2 in 5; the others keep theirs). The
+# reward model pays an answer that ends far more than one cut off, but SmolLM2 runs past 64 tokens: the base, 32
+# held-out prompts x 4 at seed 42, ends 6% within 64 tokens and 23% within 96; with this prompt 11% and 36% (58% of
+# the rows it reaches): GRPO's groups and PPO's rollouts hold answers that end (docs/results.md, "Answers that end").
+RM_SYSTEM_PROMPT = "Answer in two or three short sentences."
 # Only a correct answer that ends pays (boxed_answer 1 / 0 / 0; a completion cut off at the length limit, 0);
 # boxed_format is logged, not paid. Paid at weight 1 (with the seeds' 1 / -1 / -0.5), a boxed wrong answer earned 0
 # against no answer's -0.5, and GRPO learnt to box wrong answers (docs/rewards.md, What each outcome earns).
@@ -53,6 +58,7 @@ MATH_PPO_CRITIC = ["--lam", "1.0", "--value_head_init", "zero", "--whiten_advant
 # minutes on 2 cores (math 15 min 18 s to 16 min 8 s at commit 3dd11ba, reward model 13 min 19 s to 15 min 27 s
 # at f54201c) and each stage peaks under 8 GB of RSS (at most 6.45 GB): GRPO and PPO keep gradient checkpointing,
 # their default (2 steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
+# The reward-model task's 96 tokens (since 43d7396) are not timed yet: estimated 18-21 minutes (docs/results.md).
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
@@ -62,16 +68,17 @@ SETTINGS = {
         # four: 0.58 (0.504-0.66), 0.78, 0.61, 0.61, its stage ~40 s longer (docs/results.md).
         "grpo": ["--max_steps", "12", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                  "--num_generations", "4", "--prompts_per_step", "4", "--prompts_per_generation", "4",
-                 "--per_device_train_batch_size", "16", "--max_completion_length", "64", "--beta", "0.04",
-                 "--save_steps", "4"],
+                 "--per_device_train_batch_size", "16", "--max_completion_length", "96", "--beta", "0.04",
+                 "--save_steps", "4", "--system_prompt", RM_SYSTEM_PROMPT],
         # PPO at a constant learning rate, as GRPO, over 6 rollouts of 16. TRL's default decays the rate linearly,
         # one step per rollout (3e-5, 2.25e-5, 1.5e-5, 7.5e-6 over 4 rollouts). Win rates at seeds 42, 1, 2, 3 with 4
         # rollouts: decaying 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45
         # (at 42 and 1); constant over 6 rollouts 0.59, 0.64, 0.61, 0.45 (at 42, 1 and 2), ~58 s more: docs/results.md.
         "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
-                "--max_completion_length", "64", "--save_steps", "6"],
-        "evaluate": ["--num_prompts", "32", "--num_completions", "4", "--max_new_tokens", "64", "--batch_size", "32"],
+                "--max_completion_length", "96", "--save_steps", "6", "--system_prompt", RM_SYSTEM_PROMPT],
+        "evaluate": ["--num_prompts", "32", "--num_completions", "4", "--max_new_tokens", "96", "--batch_size", "32",
+                     "--system_prompt", RM_SYSTEM_PROMPT],
         # Held-out evaluation during training, at step 0 and each checkpoint (--save_steps): one evaluation of N
         # completions costs about 0.6 of a GRPO step generating N (measured on SmolLM2, math settings), so GRPO's
         # 4 add about a fifth to its stage; PPO's 3, of 8 completions each, 11-12 s each (seed 42).

@@ -256,6 +256,14 @@ def test_the_real_quickstarts_settings_are_flags_its_scripts_take(task):
     ppo = parsed["ppo"][-1]
     expected = (1.0, "zero", False) if task == "math" else (0.95, "random", True)
     assert (ppo.lam, ppo.value_head_init, ppo.whiten_advantages) == expected
+    # The reward-model task's GRPO, PPO and evaluation answer under one system prompt and one length limit, which its
+    # answers fit (the math task passes its prompt with its rewards): an evaluation that cut off at another length
+    # would measure other answers than the training paid.
+    if task == "rm":
+        evaluation = parsed["evaluate"][0]
+        assert (parsed["grpo"][1].system_prompt, parsed["ppo"][1].system_prompt, evaluation.system_prompt) == (
+            quickstart.RM_SYSTEM_PROMPT,) * 3
+        assert (grpo.max_completion_length, ppo.max_completion_length, evaluation.max_new_tokens) == (96, 96, 96)
 
 
 def test_the_judges_training_settings_are_flags_the_reward_model_script_takes():
