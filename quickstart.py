@@ -336,7 +336,8 @@ def next_command(out, task, base):
         where = "flags: docs/training.md; rewards: docs/rewards.md"
     else:
         args = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--reward_model_name_or_path",
-                out / "reward_model", "--output_dir", out.parent / "grpo_run"]
+                out / "reward_model", "--system_prompt", RM_SYSTEM_PROMPT, "--max_completion_length", 96,
+                "--output_dir", out.parent / "grpo_run"]
         where = "flags: docs/training.md; the curves: python plot_training_progress.py"
     return f"{script('train_grpo.py', *args)}   ({where})"
 
