@@ -148,12 +148,21 @@ def test_a_resumed_pass_over_the_prompts_is_drawn_again_in_its_order(hooks):
 
 
 def optimizer_steps_per_rollout(trainer):
-    """Train `trainer` and count the optimizer steps each rollout took (TRL's global_step counts rollouts)."""
-    steps = Counter()
+    """Train `trainer` and count the optimizer steps each rollout took (TRL's global_step counts rollouts), of the
+    policy's weights and of the value model's (stepped together, or apart: `PPOTrainer.step_apart`)."""
+    steps = {"policy": Counter(), "value model": Counter()}
+    models = {"policy": trainer.trained_policy, "value model": trainer.trained_value_model}
+
+    def count(*_):
+        for name, model in models.items():
+            if any(p.grad is not None for p in model.parameters()):
+                steps[name].update([trainer.state.global_step])
+
     optimizer = trainer.optimizer.optimizer  # the torch optimizer: accelerate's wrapper skips steps it accumulates
-    optimizer.register_step_post_hook(lambda *_: steps.update([trainer.state.global_step]))
+    optimizer.register_step_post_hook(count)
     trainer.train()
-    return [steps[rollout] for rollout in range(trainer.state.global_step)]
+    return {name: [counter[rollout] for rollout in range(trainer.state.global_step)]
+            for name, counter in steps.items()}
 
 
 # (per_device_train_batch_size, gradient_accumulation_steps, num_mini_batches, num_ppo_epochs) on 4 prompts, 8
@@ -176,7 +185,8 @@ def test_a_rollout_takes_one_optimizer_step_per_mini_batch_and_ppo_epoch(tiny_mo
                        num_ppo_epochs=epochs, total_episodes=8)
     rollout = per_device * accumulation * mini_batches  # prompts, in the one process
     assert trainer.args.batch_size == rollout
-    assert optimizer_steps_per_rollout(trainer) == [epochs * mini_batches] * (8 // rollout)
+    steps = [epochs * mini_batches] * (8 // rollout)
+    assert optimizer_steps_per_rollout(trainer) == {"policy": steps, "value model": steps}
 
 
 def test_a_run_started_at_its_last_batch_trains_nothing_and_keeps_its_counters(hooks):
@@ -597,3 +607,35 @@ def test_gradient_checkpointing_is_applied_to_both_trained_models_and_changes_no
         weights[checkpointing] = [p.detach().clone() for model in (trainer.trained_policy, trainer.trained_value_model)
                                   for p in model.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(weights[False], weights[True]))  # the same operations, recomputed
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_value_model_stepped_before_the_policy_gives_the_weights_of_one_step_of_both(tiny_models, tmp_path, lora):
+    """One process without accumulation steps the value model, then the policy, so that their gradients never take
+    memory together: the weights and the logged figures come out as one step of both gives them, to the bit."""
+    import torch
+    from transformers import TrainerCallback, set_seed
+
+    weights, logged = {}, {False: [], True: []}
+    for apart in (False, True):
+        set_seed(0)
+        trainer = tiny_ppo(tiny_models, tmp_path / str(apart), lora=lora, per_device_train_batch_size=2,
+                           num_ppo_epochs=2, total_episodes=8, learning_rate=1e-3)
+        assert trainer.step_apart  # one process, no accumulation
+        trainer.step_apart = apart
+
+        class Logs(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, into=logged[apart], **kwargs):
+                into.append({tag: value for tag, value in logs.items() if tag != "eps"})  # eps: the speed
+
+        trainer.add_callback(Logs())
+        start = [p.detach().clone() for p in trainer.model.parameters()]
+        trainer.train()
+        weights[apart] = [p.detach().clone() for p in trainer.model.parameters()]
+        assert not all(torch.equal(a, b) for a, b in zip(start, weights[apart], strict=True))  # it trained
+    assert all(torch.equal(a, b) for a, b in zip(weights[False], weights[True], strict=True))
+    assert logged[True] == logged[False] and len(logged[True]) == 4
+
+
+def test_only_one_process_without_accumulation_steps_the_models_apart(tiny_models, tmp_path):
+    assert not tiny_ppo(tiny_models, tmp_path, per_device_train_batch_size=1, gradient_accumulation_steps=2).step_apart
