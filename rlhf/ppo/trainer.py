@@ -22,6 +22,8 @@ functions in `rlhf/ppo/maths.py`. Callbacks, logging and the trainer state are t
 KL coefficient and the order of the prompts; `train(resume_from_checkpoint=...)` goes on from one.
 """
 
+import ctypes
+import functools
 import gc
 import json
 import math
@@ -565,12 +567,19 @@ class PPOTrainer:
         return stats
 
     def _optimizer_step(self, skip_policy):
-        """An optimizer step on the gradients there are (a rollout without signal drops the policy's first)."""
+        """An optimizer step on the gradients there are (a rollout without signal drops the policy's first). On a
+        CPU, the pages the backward pass and the step free go back to the OS (`trim_heap`) before the step, the
+        update's peak, and after it, before the next backward pass."""
+        on_cpu = self.accelerator.device.type == "cpu"
         if skip_policy:
             for parameter in self.trained_policy.parameters():
                 parameter.grad = None
+        if on_cpu:
+            trim_heap()
         self.optimizer.step()  # accelerate steps once per mini-batch (see __init__)
         self.optimizer.zero_grad()
+        if on_cpu:
+            trim_heap()
 
     @torch.no_grad()
     def _log_rollout(self, rollout, stats):
@@ -924,6 +933,25 @@ def mean_logs(logs):
 def _variance(values):
     """The variance of `values`, NaN for a single one (TRL's val/ratio_var made torch warn there)."""
     return values.var().item() if values.numel() > 1 else float("nan")
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's `malloc_trim`, or None where the C library has none (macOS, Windows, musl)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):  # TypeError: Windows, where CDLL needs a name
+        return None
+
+
+def trim_heap():
+    """Give the C heap's free pages back to the OS (glibc's `malloc_trim`; nothing elsewhere).
+
+    torch frees a CPU tensor below glibc's mmap threshold (up to 32 MB) into the heap, which keeps its pages: the
+    gradients freed by one optimizer step stayed in the process while the next backward pass took fresh pages."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _is_sequence_classifier(model):
