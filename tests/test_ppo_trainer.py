@@ -6,6 +6,7 @@ run (the real 2-process runs are in `tests/test_distributed.py`).
 """
 
 import json
+import sys
 from collections import Counter
 from contextlib import contextmanager
 
@@ -148,12 +149,21 @@ def test_a_resumed_pass_over_the_prompts_is_drawn_again_in_its_order(hooks):
 
 
 def optimizer_steps_per_rollout(trainer):
-    """Train `trainer` and count the optimizer steps each rollout took (TRL's global_step counts rollouts)."""
-    steps = Counter()
+    """Train `trainer` and count the optimizer steps each rollout took (TRL's global_step counts rollouts), of the
+    policy's weights and of the value model's (stepped together, or apart: `PPOTrainer.step_apart`)."""
+    steps = {"policy": Counter(), "value model": Counter()}
+    models = {"policy": trainer.trained_policy, "value model": trainer.trained_value_model}
+
+    def count(*_):
+        for name, model in models.items():
+            if any(p.grad is not None for p in model.parameters()):
+                steps[name].update([trainer.state.global_step])
+
     optimizer = trainer.optimizer.optimizer  # the torch optimizer: accelerate's wrapper skips steps it accumulates
-    optimizer.register_step_post_hook(lambda *_: steps.update([trainer.state.global_step]))
+    optimizer.register_step_post_hook(count)
     trainer.train()
-    return [steps[rollout] for rollout in range(trainer.state.global_step)]
+    return {name: [counter[rollout] for rollout in range(trainer.state.global_step)]
+            for name, counter in steps.items()}
 
 
 # (per_device_train_batch_size, gradient_accumulation_steps, num_mini_batches, num_ppo_epochs) on 4 prompts, 8
@@ -176,7 +186,8 @@ def test_a_rollout_takes_one_optimizer_step_per_mini_batch_and_ppo_epoch(tiny_mo
                        num_ppo_epochs=epochs, total_episodes=8)
     rollout = per_device * accumulation * mini_batches  # prompts, in the one process
     assert trainer.args.batch_size == rollout
-    assert optimizer_steps_per_rollout(trainer) == [epochs * mini_batches] * (8 // rollout)
+    steps = [epochs * mini_batches] * (8 // rollout)
+    assert optimizer_steps_per_rollout(trainer) == {"policy": steps, "value model": steps}
 
 
 def test_a_run_started_at_its_last_batch_trains_nothing_and_keeps_its_counters(hooks):
@@ -665,3 +676,77 @@ def test_a_critic_warmup_of_every_rollout_is_refused_in_one_line(tiny_models, tm
 
     with pytest.raises(UserError, match=r"--critic_warmup 2 leaves the policy no rollout of the run's 2 to train on"):
         tiny_ppo(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=4, critic_warmup=2)
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_value_model_stepped_before_the_policy_gives_the_weights_of_one_step_of_both(tiny_models, tmp_path, lora):
+    """One process without accumulation steps the value model, then the policy, so that their gradients never take
+    memory together: the weights and the logged figures come out as one step of both gives them, to the bit."""
+    import torch
+    from transformers import TrainerCallback, set_seed
+
+    weights, logged = {}, {False: [], True: []}
+    for apart in (False, True):
+        set_seed(0)
+        trainer = tiny_ppo(tiny_models, tmp_path / str(apart), lora=lora, per_device_train_batch_size=2,
+                           num_ppo_epochs=2, total_episodes=8, learning_rate=1e-3)
+        assert trainer.step_apart  # one process, no accumulation
+        trainer.step_apart = apart
+
+        class Logs(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, into=logged[apart], **kwargs):
+                into.append({tag: value for tag, value in logs.items() if tag != "eps"})  # eps: the speed
+
+        trainer.add_callback(Logs())
+        start = [p.detach().clone() for p in trainer.model.parameters()]
+        trainer.train()
+        weights[apart] = [p.detach().clone() for p in trainer.model.parameters()]
+        assert not all(torch.equal(a, b) for a, b in zip(start, weights[apart], strict=True))  # it trained
+    assert all(torch.equal(a, b) for a, b in zip(weights[False], weights[True], strict=True))
+    assert logged[True] == logged[False] and len(logged[True]) == 4
+
+
+def test_only_one_process_without_accumulation_steps_the_models_apart(tiny_models, tmp_path):
+    assert not tiny_ppo(tiny_models, tmp_path, per_device_train_batch_size=1, gradient_accumulation_steps=2).step_apart
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim: Linux")
+def test_trim_heap_gives_the_pages_of_freed_cpu_tensors_back():
+    import torch
+
+    from rlhf.ppo.trainer import _malloc_trim, trim_heap
+
+    if _malloc_trim() is None:
+        pytest.skip("a C library without malloc_trim (not glibc)")
+
+    def rss_anon():  # bytes of this process's memory not backed by files
+        line = next(line for line in open("/proc/self/status") if line.startswith("RssAnon:"))
+        return int(line.split()[1]) * 1024
+
+    tensors = [torch.ones(16_384) for _ in range(3_000)]  # 64 KB each: in the heap, below glibc's mmap threshold
+    del tensors[::2]  # 96 MB of holes between the tensors kept, which glibc keeps as they are
+    before = rss_anon()
+    trim_heap()
+    assert before - rss_anon() > 48 * 2**20
+    assert all(tensor.eq(1).all() for tensor in tensors)
+
+
+def no_malloc_trim(name):  # a C library without malloc_trim, as on macOS or musl
+    return object()
+
+
+def windows_cdll(name):  # Windows: CDLL needs a library's name
+    raise TypeError("expected str, bytes or os.PathLike object, not NoneType")
+
+
+@pytest.mark.parametrize("cdll", [no_malloc_trim, windows_cdll])
+def test_trim_heap_does_nothing_where_the_c_library_has_no_malloc_trim(monkeypatch, cdll):
+    import ctypes
+
+    from rlhf.ppo import trainer
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    trainer._malloc_trim.cache_clear()
+    try:
+        assert trainer._malloc_trim() is None
+        trainer.trim_heap()  # no AttributeError
+    finally:
+        trainer._malloc_trim.cache_clear()

@@ -22,6 +22,8 @@ functions in `rlhf/ppo/maths.py`. Callbacks, logging and the trainer state are t
 KL coefficient and the order of the prompts; `train(resume_from_checkpoint=...)` goes on from one.
 """
 
+import ctypes
+import functools
 import gc
 import json
 import math
@@ -38,7 +40,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 from accelerate import Accelerator
-from accelerate.utils import GradientAccumulationPlugin
+from accelerate.utils import DistributedType, GradientAccumulationPlugin
 from accelerate.utils.memory import clear_device_cache
 from torch.utils.data import DataLoader
 from transformers import (
@@ -294,6 +296,12 @@ class PPOTrainer:
         self.model, self.optimizer, dataloader = accelerator.prepare(self.model, self.optimizer, dataloader)
         torch.manual_seed(self.local_seed)  # reset the local seed again
         self.dataloader = RecordedPasses(dataloader, sampler)  # a resumed run draws its pass again
+        # One process stepping at every micro-batch (no accumulation, no loss scaler) steps the value model, then the
+        # policy (`_update`), so that their gradients never take memory together. The same numbers: the two models
+        # share no weight, AdamW steps each weight on its own gradient, and nothing clips their norm together. DDP,
+        # DeepSpeed and FSDP reduce or step both at once.
+        self.step_apart = (args.gradient_accumulation_steps == 1 and accelerator.scaler is None
+                           and accelerator.distributed_type == DistributedType.NO)
 
         # Reward functions in the reward model's place are scored in place, and only their reward model (if any)
         # goes through DeepSpeed or to the device.
@@ -555,6 +563,11 @@ class PPOTrainer:
                         logits = output.logits[:, start:-1]
                         logits /= args.temperature + 1e-7
                         new_logprobs = selective_log_softmax(logits, r.responses[i])
+                        with torch.no_grad():
+                            step_entropy = entropy(logits).mean()
+                        # The logits over the vocabulary are freed before the backward pass fills the memory with
+                        # the weights' gradients (the graph keeps what it needs of them).
+                        del output, logits
                         new_logprobs = torch.masked_fill(new_logprobs, r.padding_mask[i], INVALID_LOGPROB)
                         vpred = vpred_temp[:, start:-1].squeeze(-1)
                         vpred = torch.masked_fill(vpred, r.padding_mask_p1[i], 0)
@@ -562,22 +575,37 @@ class PPOTrainer:
                                                                   args.cliprange_value, ~r.padding_mask_p1[i])
                         pg_loss, ratio, pg_clipfrac, approxkl = clipped_policy_loss(
                             new_logprobs, r.logprobs[i], r.advantages[i], args.cliprange, ~r.padding_mask[i])
-                        loss = pg_loss + args.vf_coef * vf_loss
-                        self.accelerator.backward(loss)
-                        if skip_policy:
-                            for parameter in self.trained_policy.parameters():
-                                parameter.grad = None
-                        self.optimizer.step()  # accelerate steps once per mini-batch (see __init__)
-                        self.optimizer.zero_grad()
+                        if self.step_apart:  # the value model's gradients freed before the policy's exist
+                            self.accelerator.backward(args.vf_coef * vf_loss)
+                            self._optimizer_step(skip_policy)
+                            self.accelerator.backward(pg_loss)
+                        else:
+                            self.accelerator.backward(pg_loss + args.vf_coef * vf_loss)
+                        self._optimizer_step(skip_policy)
                         with torch.no_grad():
                             at = epoch, mini_batch, micro_batch
                             for name, value in (("approxkl", approxkl), ("pg_clipfrac", pg_clipfrac),
                                                 ("pg_loss", pg_loss), ("vf_loss", vf_loss),
-                                                ("vf_clipfrac", vf_clipfrac), ("entropy", entropy(logits).mean()),
+                                                ("vf_clipfrac", vf_clipfrac), ("entropy", step_entropy),
                                                 ("ratio", ratio.mean())):
                                 stats[name][at] = value
-                del output, vpred_temp, logits, new_logprobs, vpred, vf_loss, pg_loss, loss, ratio
+                del vpred_temp, new_logprobs, vpred, vf_loss, pg_loss, ratio, step_entropy
         return stats
+
+    def _optimizer_step(self, skip_policy):
+        """An optimizer step on the gradients there are (a rollout without signal drops the policy's first). On a
+        CPU, the pages the backward pass and the step free go back to the OS (`trim_heap`) before the step, the
+        update's peak, and after it, before the next backward pass."""
+        on_cpu = self.accelerator.device.type == "cpu"
+        if skip_policy:
+            for parameter in self.trained_policy.parameters():
+                parameter.grad = None
+        if on_cpu:
+            trim_heap()
+        self.optimizer.step()  # accelerate steps once per mini-batch (see __init__)
+        self.optimizer.zero_grad()
+        if on_cpu:
+            trim_heap()
 
     @torch.no_grad()
     def _log_rollout(self, rollout, stats):
@@ -947,6 +975,25 @@ def mean_logs(logs):
 def _variance(values):
     """The variance of `values`, NaN for a single one (TRL's val/ratio_var made torch warn there)."""
     return values.var().item() if values.numel() > 1 else float("nan")
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's `malloc_trim`, or None where the C library has none (macOS, Windows, musl)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):  # TypeError: Windows, where CDLL needs a name
+        return None
+
+
+def trim_heap():
+    """Give the C heap's free pages back to the OS (glibc's `malloc_trim`; nothing elsewhere).
+
+    torch frees a CPU tensor below glibc's mmap threshold (up to 32 MB) into the heap, which keeps its pages: the
+    gradients freed by one optimizer step stayed in the process while the next backward pass took fresh pages."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _is_sequence_classifier(model):
