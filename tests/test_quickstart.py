@@ -31,12 +31,15 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     policy = out / "tiny" / "policy"
     assert next_line.startswith(f"next: python {ROOT / 'train_grpo.py'} --model_name_or_path {policy} "
                                 f"--dataset_name {ROOT / 'data' / 'preferences.jsonl'} --reward_model_name_or_path "
-                                f"{out / 'reward_model'} --output_dir {out.parent / 'grpo_run'}   (flags: ")
+                                f"{out / 'reward_model'} --system_prompt ")
+    assert next_line.split("   (")[0].endswith(f" --max_completion_length 96 --output_dir {out.parent / 'grpo_run'}")
     # ... and runs as printed, offline, from another folder (shortened to one step)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     command = shlex.split(next_line.removeprefix("next: ").split("   (")[0])
-    assert command[0] == "python"
+    import quickstart
+
+    assert command[0] == "python" and command[command.index("--system_prompt") + 1] == quickstart.RM_SYSTEM_PROMPT
     followed = subprocess.run([sys.executable, *command[1:], "--max_steps", "1", "--max_completion_length", "8"],
                               cwd=elsewhere, capture_output=True, text=True, timeout=600,
                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
