@@ -7,11 +7,11 @@ Usage:
     python plot_training_progress.py --log_dir ./grpo_run --output grpo.png --csv grpo.csv
 
 Each --log_dir is a run's output_dir; every event file under it (a resumed run has several) is merged into one run.
-Panels: loss, learning rate, mean reward, KL to the reference (--extra adds completion length, entropy and clip
-ratio), and where a run evaluated held-out prompts (--eval_prompts), the held-out win rate and accuracy with their
-95% intervals as bands. GRPO and PPO tag names are mapped onto these (see rlhf/evaluation/metrics.py); KL and entropy,
-which GRPO logs per token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run
-and step.
+Panels: loss, learning rate, mean reward, KL to the reference (--extra adds completion length, entropy, clip ratio,
+PPO's value loss, GRPO's share of groups of one reward and dynamic sampling's discarded groups), and where a run
+evaluated held-out prompts (--eval_prompts), the held-out win rate and accuracy with their 95% intervals as bands.
+GRPO and PPO tag names are mapped onto these (see rlhf/evaluation/metrics.py); KL and entropy, which GRPO logs per
+token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run and step.
 `python plot_training_progress.py --help` lists every flag.
 """
 
@@ -39,6 +39,10 @@ PANELS = {
     "entropy_per_token": ("Entropy, per token (GRPO)", "nats per token", "no entropy logged"),
     "entropy_per_completion": ("Entropy, per completion (PPO)", PER_COMPLETION, "no entropy logged"),
     "clip_ratio": ("Clip ratio", None, "no clip ratio logged"),
+    "value_loss": ("Value loss (PPO)", None, "no value loss logged"),
+    "groups_one_reward": ("Groups of one reward (GRPO): nothing learnt", "share of the groups trained on",
+                          "no group statistics logged"),
+    "groups_discarded": ("Groups discarded (--use_dynamic_sampling)", "groups per step", "no dynamic sampling"),
     # Held-out evaluation (--eval_prompts): drawn wherever a run logged it, its 95% interval as a band.
     "eval_win_rate": ("Held-out win rate vs the starting policy", "band: 95% interval", "no held-out evaluation"),
     "eval_accuracy": ("Held-out verifier accuracy", "band: 95% interval", "no held-out accuracy"),
@@ -66,7 +70,9 @@ class PlotArguments:
         metadata={"help": "TensorBoard-style EMA weight in [0, 1), e.g. 0.6, drawn over the faint raw curve. 0: off."},
     )
     extra: bool = field(
-        default=False, metadata={"help": "Add panels for completion length, entropy and clip ratio (where logged)."}
+        default=False,
+        metadata={"help": "Add panels for completion length, entropy, clip ratio, value loss and groups of one "
+                  "reward (where logged)."},
     )
 
     def __post_init__(self):

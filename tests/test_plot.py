@@ -24,7 +24,8 @@ def write_events(folder, scalars, walltime=1000.0):
 
 def grpo_scalars(kl=True):
     tags = {"train/loss": 0.5, "train/learning_rate": 1e-6, "train/reward": 0.25, "train/entropy": 2.0,
-            "train/completions/mean_length": 10.0, "train/clip_ratio/region_mean": 0.125, "train/grad_norm": 1.0}
+            "train/completions/mean_length": 10.0, "train/clip_ratio/region_mean": 0.125, "train/grad_norm": 1.0,
+            "train/frac_reward_zero_std": 0.125, "train/dynamic_sampling/groups_discarded": 2.0}
     if kl:
         tags["train/kl"] = 0.0625
     return {tag: {step: scale * step for step in STEPS} for tag, scale in tags.items()}
@@ -34,7 +35,8 @@ def ppo_scalars():
     tags = {"train/loss/policy_avg": -0.5, "train/loss/value_avg": 0.75, "train/lr": 2e-6,
             "train/objective/scores": -1.0, "train/objective/kl": 0.5, "train/objective/entropy": 40.0,
             "train/policy/clipfrac_avg": 0.25}
-    return {tag: {step: scale * step for step in STEPS} for tag, scale in tags.items()}
+    scalars = {tag: {step: scale * step for step in STEPS} for tag, scale in tags.items()}
+    return {**scalars, "train/objective/critic_warmup": {step: float(step <= 2) for step in STEPS}}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,7 @@ def test_plots_grpo_ppo_and_a_run_without_kl(results):
     rows = read_csv(table)
     assert list(rows[0]) == ["run", "step", "loss", "learning_rate", "reward", "kl_per_token", "kl_per_completion",
                              "completion_length", "entropy_per_token", "entropy_per_completion", "clip_ratio",
-                             "value_loss"]
+                             "value_loss", "groups_one_reward", "groups_discarded", "critic_warmup"]
     by_key = {(row["run"], int(row["step"])): row for row in rows}
     assert len(rows) == 15
     grpo3, grpo5, ppo2, nokl2 = by_key["grpo", 3], by_key["grpo", 5], by_key["ppo", 2], by_key["nokl", 2]
@@ -92,6 +94,8 @@ def test_plots_grpo_ppo_and_a_run_without_kl(results):
     assert (grpo3["kl_per_completion"], grpo3["entropy_per_completion"]) == ("", "")
     assert grpo5["reward"] == "20.0"  # the resumed launch's value for step 5
     assert (grpo3["completion_length"], grpo3["clip_ratio"], grpo3["value_loss"]) == ("30.0", "0.375", "")
+    assert (grpo3["groups_one_reward"], grpo3["groups_discarded"], grpo3["critic_warmup"]) == ("0.375", "6.0", "")
+    assert [by_key["ppo", step]["critic_warmup"] for step in STEPS] == ["1.0", "1.0", "0.0", "0.0", "0.0"]
     assert (ppo2["loss"], ppo2["value_loss"], ppo2["learning_rate"], ppo2["reward"]) == (
         "-1.0", "1.5", "4e-06", "-2.0"
     )
@@ -103,7 +107,7 @@ def test_plots_grpo_ppo_and_a_run_without_kl(results):
     assert "2 event files" in result.stdout and str(png) in result.stdout and str(table) in result.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     height, width, channels = matplotlib.image.imread(png).shape
-    assert height > width > 1000 and channels in (3, 4)  # 5 rows of panels with --extra
+    assert height > width > 1000 and channels in (3, 4)  # 6 rows of panels with --extra
 
 
 def test_per_token_and_per_completion_kl_and_entropy_are_drawn_apart(logs):
@@ -117,7 +121,8 @@ def test_per_token_and_per_completion_kl_and_entropy_are_drawn_apart(logs):
         runs[name], tags[name] = read_run(event_files(logs / name))
     panels = panel_columns(runs, extra=True)
     assert panels == ["loss", "learning_rate", "reward", "kl_per_token", "kl_per_completion", "completion_length",
-                      "entropy_per_token", "entropy_per_completion", "clip_ratio"]
+                      "entropy_per_token", "entropy_per_completion", "clip_ratio", "value_loss", "groups_one_reward",
+                      "groups_discarded"]
     fig = figure(runs, tags, 0.0, panels)
     axes = {ax.get_title(loc="left"): ax for ax in fig.axes}
     drawn = {title: {line.get_gid() for line in ax.get_lines() if line.get_gid()} for title, ax in axes.items()}
@@ -125,6 +130,9 @@ def test_per_token_and_per_completion_kl_and_entropy_are_drawn_apart(logs):
     assert drawn["KL to the reference, per token (GRPO)"] == {"grpo"}  # nokl: GRPO with beta 0
     assert drawn["Entropy, per token (GRPO)"] == {"grpo", "nokl"}
     assert drawn["KL to the reference, per completion (PPO)"] == drawn["Entropy, per completion (PPO)"] == {"ppo"}
+    assert drawn["Value loss (PPO)"] == {"ppo"}
+    groups = ("Groups of one reward (GRPO): nothing learnt", "Groups discarded (--use_dynamic_sampling)")
+    assert drawn[groups[0]] == drawn[groups[1]] == {"grpo", "nokl"}
     assert axes["KL to the reference, per token (GRPO)"].get_ylabel() == "nats per token"
     assert axes["Entropy, per completion (PPO)"].get_ylabel().startswith("nats per completion")
     # A run is "missing" from a KL panel only if it logged KL in neither unit.

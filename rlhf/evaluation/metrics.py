@@ -27,6 +27,11 @@ COLUMNS = {
     "entropy_per_completion": ("objective/entropy",),
     "clip_ratio": ("clip_ratio/region_mean", "policy/clipfrac_avg"),
     "value_loss": ("loss/value_avg",),
+    # GRPO: the share of a step's groups whose completions all scored alike (advantage 0: nothing learnt from them);
+    # with --use_dynamic_sampling, of the groups trained on, and the groups drawn but left out beside it.
+    "groups_one_reward": ("frac_reward_zero_std",),
+    "groups_discarded": ("dynamic_sampling/groups_discarded",),
+    "critic_warmup": ("objective/critic_warmup",),  # PPO --critic_warmup: 1 where the value model alone trained
     # Held-out evaluation during training (rlhf/evaluation/heldout.py), each with its 95% interval.
     **{f"eval_{name}{end}": (f"eval/{name}{end}",) for name in ("win_rate", "accuracy", "accuracy_gain")
        for end in ("", "_low", "_high")},
