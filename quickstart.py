@@ -58,7 +58,8 @@ MATH_PPO_CRITIC = ["--lam", "1.0", "--value_head_init", "zero", "--whiten_advant
 # minutes on 2 cores (math 15 min 18 s to 16 min 8 s at commit 3dd11ba, reward model 13 min 19 s to 15 min 27 s
 # at f54201c) and each stage peaks under 8 GB of RSS (at most 6.45 GB): GRPO and PPO keep gradient checkpointing,
 # their default (2 steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
-# The reward-model task at 96 tokens took 19 min 39 s at seed 42 (docs/results.md, "Answers that end").
+# The reward-model task at 96 tokens took 16 min 0 s to 19 min 39 s at seeds 42, 5, 1, 11 (docs/results.md, "Answers
+# that end").
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
@@ -74,6 +75,8 @@ SETTINGS = {
         # one step per rollout (3e-5, 2.25e-5, 1.5e-5, 7.5e-6 over 4 rollouts). Win rates at seeds 42, 1, 2, 3 with 4
         # rollouts: decaying 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45
         # (at 42 and 1); constant over 6 rollouts 0.59, 0.64, 0.61, 0.45 (at 42, 1 and 2), ~58 s more: docs/results.md.
+        # Those were at 64 tokens; at 96 (today) PPO wins at 11 only of 42, 5, 1, 11, its answers ending but short, and
+        # neither --missing_eos_penalty 0 nor --critic_warmup 2 --value_lam 1.0 won more at 42 and 1 (same page).
         "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                 "--max_completion_length", "96", "--save_steps", "6", "--system_prompt", RM_SYSTEM_PROMPT],
