@@ -369,3 +369,62 @@ def test_one_right_answer_in_four_pushes_the_other_three_down_only_when_whitened
     assert torch.equal(returns, advantages)  # values of 0: the value model learns the returns
     whitened = masked_whiten(advantages, torch.ones(4, 3, dtype=torch.bool))
     assert (whitened[0] > 1).all() and (whitened[1:] < 0).all()
+
+
+def test_close_turns_writes_the_turns_end_after_cut_off_completions_only():
+    import torch
+
+    from rlhf.ppo.maths import close_turns
+
+    pad, eos, end = 0, 9, [9, 8]  # a two-token end of turn
+    batch = torch.tensor([[pad, 5, 6, 1, 2, 3],      # cut off: no stop token in 1 2 3
+                          [4, 5, 6, 1, eos, pad],    # ended
+                          [pad, pad, 6, 7, pad, pad]])  # a completion that generated pad: closed after 7
+    closed = close_turns(batch, 3, (eos,), end, pad)
+    assert closed.tolist() == [[pad, 5, 6, 1, 2, 3, 9, 8],
+                               [4, 5, 6, 1, eos, pad, pad, pad],
+                               [pad, pad, 6, 7, 9, 8, pad, pad]]
+    ended = batch[1:2]
+    assert close_turns(ended, 3, (eos,), end, pad) is ended  # nothing cut off: the same tensor
+    assert close_turns(batch, 3, (eos,), [], pad) is batch  # no chat template: nothing to close with
+
+
+def test_ppo_scores_a_cut_off_completion_as_grpo_and_the_evaluation_do(tmp_path):
+    """The reward model reads a completion cut off at the length limit at the end of its turn, in PPO's rollout
+    (token ids, `score_completions`) and in `PPORewards` (the reward model beside reward functions) as in GRPO's scorer
+    and the evaluation (`score_conversations` of the rendered conversation). Read at its last token instead, SmolLM2's
+    reward model scored the base policy's cut-off answers 0.79 lower on average (sd 1.4): PPO chased another score."""
+    import torch
+    from datasets import Dataset
+
+    from rlhf import tiny
+    from rlhf.data import build_prompt_dataset, tokenize_prompts
+    from rlhf.ppo.maths import get_reward, score_completions
+    from rlhf.ppo.models import PPORewards
+    from rlhf.rewards.reward_model import (
+        RewardModelScorer,
+        ensure_distinct_pad,
+        load_reward_model,
+        turn_end_ids,
+    )
+
+    tokenizer = ensure_distinct_pad(tiny.build_tokenizer())
+    assert turn_end_ids(tokenizer) == [tokenizer.eos_token_id]  # the tiny template's <|im_end|>
+    model, reward_tokenizer = load_reward_model(str(tiny.build_reward_model(tmp_path / "rm", tiny.build_tokenizer())))
+    prompts, _, _ = build_prompt_dataset(Dataset.from_list([{"question": "Why is the river so wide?"}]), tokenizer,
+                                         512)
+    token_ids = tokenize_prompts(prompts, tokenizer)["input_ids"]
+    prompt_length, pad, eos = len(token_ids[0]), tokenizer.pad_token_id, tokenizer.eos_token_id
+    words = tokenizer("The river is wide because the city", add_special_tokens=False)["input_ids"]
+    batch = torch.tensor([token_ids[0] + words + [eos, pad],  # ended
+                          token_ids[0] + words + words[:2]])  # cut off at the limit
+    texts = ["The river is wide because the city", tokenizer.decode(words + words[:2])]
+    grpo = RewardModelScorer(model, reward_tokenizer, "rm")(
+        [prompts[0]["prompt"]] * 2, [[{"role": "assistant", "content": text}] for text in texts])
+
+    ppo = score_completions(model, batch, pad, prompt_length, (eos,), turn_end_ids(tokenizer))
+    assert ppo.tolist() == pytest.approx(grpo, abs=1e-5)
+    rewards = PPORewards(["reward_model"], [model], None, tokenizer, prompts, token_ids, (eos,))
+    assert rewards.score_completions(batch, prompt_length).tolist() == pytest.approx(grpo, abs=1e-5)
+    # read at its last token (TRL's PPO), the cut-off completion scored otherwise
+    assert get_reward(model, batch, pad, prompt_length)[1][1].item() != pytest.approx(grpo[1], abs=1e-3)

@@ -64,6 +64,24 @@ def truncate_response(stop_token_ids, pad_token_id, responses):
     return torch.masked_fill(responses, idxs > trunc_idxs, pad_token_id)
 
 
+def close_turns(query_responses, context_length, stop_token_ids, turn_end, pad_token_id):
+    """`query_responses` (completions padded after their first stop token) with `turn_end`, the chat template's end of
+    an assistant turn (`rlhf.rewards.reward_model.turn_end_ids`), written after each completion that has no stop token
+    (cut off at the length limit): a reward model then reads its score at the end of the turn, as GRPO's scorer and
+    the evaluation read it, not at a token in mid-sentence. Ended completions are left as they are."""
+    completions = query_responses[:, context_length:]
+    cut_off = ~stop_mask(completions, stop_token_ids).any(dim=1)
+    if not turn_end or not cut_off.any():
+        return query_responses
+    closed = torch.cat((query_responses, torch.full((len(query_responses), len(turn_end)), pad_token_id,
+                                                    dtype=query_responses.dtype, device=query_responses.device)), 1)
+    rows = cut_off.nonzero().squeeze(1)
+    ends = context_length + first_true_indices(completions == pad_token_id)[rows]  # after each completion's last token
+    for offset, token in enumerate(turn_end):
+        closed[rows, ends + offset] = token
+    return closed
+
+
 def masked_mean(values, mask, axis=None):
     if axis is not None:
         return (values * mask).sum(axis=axis) / mask.sum(axis=axis)
@@ -220,13 +238,15 @@ def get_reward(model, query_responses, pad_token_id, context_length):
     return reward_logits, scores.squeeze(-1), sequence_lengths
 
 
-def score_completions(reward_model, query_responses, pad_token_id, context_length):
-    """The reward of each sequence: a sequence classifier's score (`get_reward`), or, for reward functions in the
-    reward model's place (`rlhf.ppo.models.PPORewards`), their weighted sum."""
+def score_completions(reward_model, query_responses, pad_token_id, context_length, stop_token_ids, turn_end):
+    """The reward of each sequence: a sequence classifier's score (`get_reward`) with each cut-off completion's turn
+    closed (`close_turns`), or, for reward functions in the reward model's place (`rlhf.ppo.models.PPORewards`), their
+    weighted sum."""
     scorer = getattr(reward_model, "module", reward_model)  # a DeepSpeed engine wraps the reward model
     if hasattr(scorer, "score_completions"):
         return scorer.score_completions(query_responses, context_length)
-    return get_reward(reward_model, query_responses, pad_token_id, context_length)[1]
+    closed = close_turns(query_responses, context_length, stop_token_ids, turn_end, pad_token_id)
+    return get_reward(reward_model, closed, pad_token_id, context_length)[1]
 
 
 def generate(lm_backbone, queries, pad_token_id, generation_config, top_p=1.0):

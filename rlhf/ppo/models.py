@@ -7,7 +7,8 @@ it.
 import torch
 
 from rlhf.errors import UserError
-from rlhf.ppo.maths import get_reward
+from rlhf.ppo.maths import close_turns, get_reward
+from rlhf.rewards.reward_model import turn_end_ids
 
 
 def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
@@ -115,6 +116,7 @@ class PPORewards(torch.nn.Module):
         self.reward_model = funcs[self.names.index("reward_model")] if "reward_model" in self.names else None
         self.tokenizer = tokenizer
         self.stop_token_ids = set(stop_token_ids)
+        self.turn_end = turn_end_ids(tokenizer)  # the reward model reads a cut-off completion's score after them
         self.rows = prompts.to_list()
         self.row_of = {tuple(ids): i for i, ids in enumerate(token_ids)}  # a batch's prompt ids -> its dataset row
         self.recorded = {name: [] for name in self.names}  # each function's scores since the last log
@@ -129,7 +131,8 @@ class PPORewards(torch.nn.Module):
         inputs = None
         for name, func, weight in zip(self.names, self.funcs, self.weights):
             if name == "reward_model":
-                values = get_reward(self.reward_model, query_responses, pad, context_length)[1].float()
+                closed = close_turns(query_responses, context_length, self.stop_token_ids, self.turn_end, pad)
+                values = get_reward(self.reward_model, closed, pad, context_length)[1].float()
             else:
                 inputs = inputs or self._function_inputs(query_responses, context_length)
                 values = torch.tensor(func(**inputs), dtype=torch.float32, device=total.device)

@@ -84,6 +84,7 @@ from rlhf.ppo.maths import (
     stop_mask,
     truncate_response,
 )
+from rlhf.rewards.reward_model import turn_end_ids
 
 INVALID_LOGPROB = 1.0
 # What each PPO step records (`PPOTrainer._update`), and the tag its mean is logged under, in TRL's order
@@ -168,6 +169,7 @@ class PPOTrainer:
         # declares with --stop_token eos (not the tokenizer's EOS alone); --stop_token_id alone with none
         self.stop_token_ids = stop_token_ids(processing_class, model, args.stop_token, args.stop_token_id)
         self.policy_model.generation_config.eos_token_id = list(self.stop_token_ids) or None
+        self.turn_end = turn_end_ids(processing_class)  # a cut-off completion is scored with its turn closed
 
         # PEFT: the policy gets the adapter; the reference is the policy with it disabled
         if peft_config is not None:
@@ -479,7 +481,7 @@ class PPOTrainer:
             full_value, _, _ = get_reward(value_model, query_response, pad, context_length)
             parts["values"].append(full_value[:, context_length - 1 : -1].squeeze(-1))
             parts["scores"].append(score_completions(self.reward_model, torch.cat((query, ended), 1), pad,
-                                                     context_length))
+                                                     context_length, self.stop_token_ids, self.turn_end))
             parts["responses"].append(response)
             parts["ended_responses"].append(ended)
         del logitss

@@ -2,8 +2,10 @@
 
 Where the score is read: a sequence classifier scores at the last token that is not padding. Every script
 (reward training, GRPO, PPO, evaluation) renders a conversation with the chat template and ends it at the final
-end-of-turn token (EOS), so the score is read exactly there. That needs a pad token distinct from EOS: tokenizers
-that pad with EOS (SmolLM2's do) get `<|endoftext|>` or their unknown token as pad instead.
+end-of-turn token (EOS), so the score is read exactly there, for a completion cut off at the length limit too
+(its turn closed after its last token; PPO, which scores token ids, appends `turn_end_ids`). That needs a pad token
+distinct from EOS: tokenizers that pad with EOS (SmolLM2's do) get `<|endoftext|>` or their unknown token as pad
+instead.
 """
 
 import math
@@ -49,6 +51,19 @@ def ensure_distinct_pad(tokenizer):
 def render_for_reward(tokenizer, messages):
     """The text a reward model scores: the chat template of the conversation, ending at its final end-of-turn token."""
     return tokenizer.apply_chat_template(messages, tokenize=False).rstrip()
+
+
+def turn_end_ids(tokenizer):
+    """The token ids the chat template writes after an assistant message's text, up to where `render_for_reward`
+    ends (SmolLM2's: `<|im_end|>`); none without a chat template. PPO scores a completion cut off at the length limit
+    with them after it, as GRPO's scorer and the evaluation render it (`rlhf.ppo.maths.close_turns`)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return []
+    marker = "TURN-END-MARKER"
+    text = render_for_reward(tokenizer, [{"role": "user", "content": "?"}, {"role": "assistant", "content": marker}])
+    if marker not in text:  # a template that rewrites the message: nothing is appended
+        return []
+    return tokenizer(text.rsplit(marker, 1)[1], add_special_tokens=False)["input_ids"]
 
 
 def tokenize_pairs(pairs, tokenizer, max_length=None):
