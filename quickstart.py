@@ -58,8 +58,9 @@ MATH_PPO_CRITIC = ["--lam", "1.0", "--value_head_init", "zero", "--whiten_advant
 # minutes on 2 cores (math 15 min 18 s to 16 min 8 s at commit 3dd11ba, reward model 13 min 19 s to 15 min 27 s
 # at f54201c) and each stage peaks under 8 GB of RSS (at most 6.45 GB): GRPO and PPO keep gradient checkpointing,
 # their default (2 steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
-# The reward-model task at 96 tokens took 16 min 0 s to 19 min 39 s at seeds 42, 5, 1, 11 (docs/results.md, "Answers
-# that end").
+# The reward-model task at 96 tokens took 16 min 0 s to 19 min 39 s at seeds 42, 5, 1, 11 with PPO at lam 0.95; lam
+# 1.0 adds 20-40 s to PPO (one whole run, on a slower hour of the machine, took 23 min 2 s; docs/results.md,
+# "Answers that end").
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
