@@ -76,11 +76,12 @@ SETTINGS = {
         # one step per rollout (3e-5, 2.25e-5, 1.5e-5, 7.5e-6 over 4 rollouts). Win rates at seeds 42, 1, 2, 3 with 4
         # rollouts: decaying 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45
         # (at 42 and 1); constant over 6 rollouts 0.59, 0.64, 0.61, 0.45 (at 42, 1 and 2), ~58 s more: docs/results.md.
-        # Those were at 64 tokens. At 96, GAE at TRL's lam 0.95 made PPO end its answers by shortening them (34-61
+        # Those were at 64 tokens. At 96, GAE at TRL's lam 0.95 made PPO end its answers by shortening them (34-63
         # tokens): the value model starts as the reward model, which reads text in mid-answer low and an ended answer
         # high, so ending looked like a large advantage wherever it came. At lam 1.0 the values are a baseline only:
         # chosen on seeds 42 and 1 (0.62 and 0.63 against the base, lam 0.95's 0.50 and 0.51; judge 0.65 and 0.57),
-        # checked at 5, 11, 2, 3 (docs/results.md, "Answers that end").
+        # then 0.72, 0.65, 0.64 at 11, 2, 3 and 0.59 (not shown) at the check seed 5 (docs/results.md, "Answers that
+        # end").
         "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                 "--max_completion_length", "96", "--lam", "1.0", "--save_steps", "6", "--system_prompt",
