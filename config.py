@@ -535,6 +535,11 @@ class GRPOTrainingConfig(GRPOConfig):
                   "--beta fixed."},
     )
     kl_horizon: int = shared("kl_horizon")
+    missing_eos_penalty: float | None = field(
+        default=None,
+        metadata={"help": "Subtracted from the reward of a completion cut off before a stop token (PPO's flag; "
+                  "default: none, as TRL's GRPO). Logged as rewards/missing_eos_penalty (docs/rewards.md)."},
+    )
     use_dynamic_sampling: bool = field(
         default=False,
         metadata={

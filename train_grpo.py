@@ -31,7 +31,7 @@ from rlhf.models import (
     trained_model_kwargs,
 )
 from rlhf.processes import is_main_process, on_gpu
-from rlhf.rewards.functions import check_reward_columns, load_reward_funcs
+from rlhf.rewards.functions import MissingEOSPenalty, check_reward_columns, load_reward_funcs
 from rlhf.rewards.reward_model import reward_model_scorer
 
 
@@ -45,7 +45,7 @@ def main(model_args, data_args, reward_args, training_args):
 
     from transformers import set_seed
 
-    from rlhf.trl_compat import ResumableGRPOTrainer
+    from rlhf.trl_compat import ResumableGRPOTrainer, add_reward_func
 
     set_seed(training_args.seed)
 
@@ -92,6 +92,8 @@ def main(model_args, data_args, reward_args, training_args):
         processing_class=tokenizer,
         peft_config=peft_config(model_args),
     )
+    if training_args.missing_eos_penalty is not None:
+        add_reward_func(trainer, MissingEOSPenalty(training_args.missing_eos_penalty, stops))
     if training_args.eval_prompts:
         heldout.attach(trainer, lambda: trainer.model, tokenizer, held_out, reward_funcs, training_args.reward_weights,
                        Sampling.temperature, Sampling.top_p, run.checkpoint, stop_token_ids=stops)

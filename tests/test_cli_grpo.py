@@ -256,3 +256,25 @@ def test_grpo_from_an_adapter_folder_rewards_completions_ended_at_its_bases_end_
         assert mean == pytest.approx(-clipped[step], abs=1e-6)
     baseline = json.loads((out / "heldout_baseline.json").read_text())["completions"]
     assert ended_is_what_the_verifier_pays(baseline) and any(c["ended_with_eos"] for cs in baseline for c in cs)
+
+
+@pytest.mark.slow
+def test_grpo_missing_eos_penalty_is_taken_from_completions_cut_off_before_the_runs_stop_tokens(
+        tiny_models, end_of_turn_models, tmp_path):
+    """PPO's flag in GRPO: a reward function at weight 1 after the reward model, -2 for each completion cut off at the
+    limit (one ended at the policy's declared end `<|im_start|>` is spared), logged as its own reward; the held-out
+    evaluation reads the reward model alone, as PPO's does."""
+    out = tmp_path / "run"
+    args = grpo_args(tiny_models, out, "--max_steps", "3", "--temperature", "1", "--max_completion_length", "4",
+                     "--missing_eos_penalty", "2", "--max_samples", "24", "--eval_prompts", "2", "--eval_steps", "2")
+    args[args.index("--model_name_or_path") + 1] = end_of_turn_models["policy"]
+    assert_ok(run_script("train_grpo.py", *args))
+    logged = scalars(out)
+    clipped = dict(logged["train/completions/clipped_ratio"])
+    assert 0 < sum(clipped.values()) < len(clipped)  # some cut off, some ended (0.3 a token over 4 tokens)
+    model = dict(logged["train/rewards/reward_model/mean"])
+    for step, mean in logged["train/rewards/missing_eos_penalty/mean"]:
+        assert mean == pytest.approx(-2 * clipped[step], abs=1e-6)
+        assert dict(logged["train/reward"])[step] == pytest.approx(model[step] + mean, abs=1e-5)
+    baseline = json.loads((out / "heldout_baseline.json").read_text())
+    assert baseline["record"]["reward_funcs"] == ["reward_model"]

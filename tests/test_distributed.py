@@ -47,10 +47,13 @@ def test_grpo_on_two_processes_splits_the_prompts_and_keeps_the_step_count(tiny_
         "train_grpo.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name", tiny_models["prompts"],
         "--reward_model_path", tiny_models["reward_model"], "--reward_funcs", "reward_model", "probe_reward.probe",
         "--output_dir", out, "--num_generations", "2", "--prompts_per_step", "4", "--max_completion_length", "8",
-        "--num_train_epochs", "1", "--save_steps", "4", "--seed", "0",
+        "--num_train_epochs", "1", "--save_steps", "4", "--seed", "0", "--missing_eos_penalty", "1",
         processes=2, env={"PROBE_DIR": str(seen), "PYTHONPATH": str(tmp_path)},
     )
     assert_ok(result)
+    logged = scalars(out)  # the penalty, on both processes' completions: the tiny policy never ends within 8 tokens
+    clipped = dict(logged["train/completions/clipped_ratio"])
+    assert [(step, -clipped[step]) for step in clipped] == logged["train/rewards/missing_eos_penalty/mean"]
 
     run = manifest(out)
     assert run["launches"][-1]["processes"] == 2

@@ -49,10 +49,11 @@ def test_each_alarm_is_raised_once_with_one_line_naming_metric_threshold_step_an
     assert [len(alarms) for alarms in raised] == [0, 0, 1, 0, 0]
     alarm = raised[2][0]
     assert alarm.line == ("health: 97% of completions hit --max_completion_length 3 without EOS "
-                          "(completions/clipped_ratio 0.97 > 0.6 for 3 logs, step 3): raise --max_completion_length")
+                          "(completions/clipped_ratio 0.97 > 0.6 for 3 logs, step 3): raise --max_completion_length "
+                          "or --missing_eos_penalty")
     assert alarm.record() | {"line": None} == {
         "name": "completions_cut_off", "metric": "completions/clipped_ratio", "value": 0.97, "threshold": 0.6,
-        "step": 3, "advice": "raise --max_completion_length", "line": None}
+        "step": 3, "advice": "raise --max_completion_length or --missing_eos_penalty", "line": None}
 
 
 def test_a_cut_off_share_that_falls_is_a_run_learning_to_end_its_completions_until_it_stops_falling():
@@ -75,6 +76,13 @@ def test_no_signal_and_a_constant_reward_function():
     quickstart = HealthMonitor({"kind": "grpo"})  # the math quickstart's first 6 steps
     assert all(quickstart.observe({"frac_reward_zero_std": f}, step) == []
                for step, f in enumerate([0.5, 0.0, 0.5, 0.5, 0.25, 1.0, 1.0, 1.0], 1))
+
+
+def test_a_missing_eos_penalty_never_taken_is_no_constant_reward():
+    # GRPO's --missing_eos_penalty is 0 for every completion that ended: where none is cut off its std stays 0.
+    monitor = HealthMonitor({"kind": "grpo"})
+    assert all(monitor.observe(logs(rewards__missing_eos_penalty__std=0.0, rewards__reward_model__std=0.3), step) == []
+               for step in range(1, 6))
 
 
 def test_ppo_rollouts_whose_completions_all_score_the_same_have_no_learning_signal():
@@ -193,7 +201,7 @@ def test_grpo_with_three_token_completions_warns_they_are_cut_off(tiny_models, t
     assert_ok(result)
     lines = [line for line in result.stdout.splitlines() if line.startswith("health:")]
     assert len(lines) == 1 and "--max_completion_length 3" in lines[0], result.stdout[-3000:]
-    assert "step 3" in lines[0] and lines[0].endswith("raise --max_completion_length")
+    assert "step 3" in lines[0] and lines[0].endswith("raise --max_completion_length or --missing_eos_penalty")
     assert scalars(out)["train/health/completions_cut_off"] == [(3, 1.0)]
     report = read_report(out)
     assert [alarm["name"] for alarm in report["health"]] == ["completions_cut_off"]

@@ -1,7 +1,13 @@
 import pytest
 
 from rlhf.cli import UserError
-from rlhf.rewards.functions import CheckedRewardFunc, RewardFunctionError, load_reward_funcs, make_boxed_answer
+from rlhf.rewards.functions import (
+    CheckedRewardFunc,
+    MissingEOSPenalty,
+    RewardFunctionError,
+    load_reward_funcs,
+    make_boxed_answer,
+)
 
 
 def test_boxed_answer_rewards_correct_wrong_and_missing():
@@ -239,3 +245,13 @@ def test_a_right_number_without_a_box_earns_its_credit_only_where_asked_and_only
     plain = make_boxed_answer()
     assert plain(prompts=[None] * 6, completions=completions, ground_truth=["19"] * 6, ended=ended) == [
         0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_the_missing_eos_penalty_is_taken_from_completions_cut_off_before_a_stop_token():
+    penalty = MissingEOSPenalty(1.5, stop_token_ids={2, 9})
+    ids = [[5, 6, 2], [5, 6, 7], [9], [], [5, 9, 6]]  # ended at EOS, cut off, ended at another stop, none, cut off
+    assert penalty(prompts=[None] * 5, completions=["a"] * 5, completion_ids=ids) == [0.0, -1.5, 0.0, -1.5, -1.5]
+    assert penalty(prompts=[None] * 2, completions=["a"] * 2, ended=[False, True]) == [-1.5, 0.0]
+    assert penalty.__name__ == "missing_eos_penalty"  # TRL logs it as rewards/missing_eos_penalty/mean
+    unknown = MissingEOSPenalty(1.0)  # no stop tokens: nothing can be read as cut off
+    assert unknown(prompts=[None], completions=["a"], completion_ids=[[5, 6]]) == [0.0]

@@ -221,7 +221,7 @@ class HealthMonitor:
             length = flags.get("max_completion_length")
             yield self._alarm(
                 "completions_cut_off", "completions/clipped_ratio", clipped[-1], CUT_OFF_RATIO, step,
-                "raise --max_completion_length",
+                "raise --max_completion_length or --missing_eos_penalty",
                 f"{clipped[-1]:.0%} of completions hit --max_completion_length {length} without EOS",
             )
         drawn = "dynamic_sampling/one_reward_share"
@@ -258,7 +258,9 @@ class HealthMonitor:
             # come to earn in full (a format learnt) varied before it saturated, and is no alarm.
             constant = sustained(values, 1e-8, max(WINDOW, len(values)), below=True)
             function = reward_function(key, "std")
-            if function is not None and constant:
+            # --missing_eos_penalty's is 0 wherever nothing was cut off: a penalty not taken, not a reward that
+            # cannot score.
+            if function is not None and constant and function != "missing_eos_penalty":
                 yield self._alarm(
                     f"reward_constant/{function}", key, values[-1], 0.0, step,
                     f"check that --reward_funcs {function} can score these completions (its data columns, the "

@@ -38,6 +38,31 @@ def completion_text(completion):
     return completion[-1]["content"] if isinstance(completion, list) else completion
 
 
+def ended_flags(completion_ids, stop_token_ids, count):
+    """Per completion, whether it ended (its last token is one of `stop_token_ids`) rather than being cut off at the
+    length limit; all `count` ended where that cannot be read (no ids, no stop tokens)."""
+    if completion_ids is None or not stop_token_ids:
+        return [True] * count
+    return [len(ids) > 0 and ids[-1] in stop_token_ids for ids in completion_ids]
+
+
+class MissingEOSPenalty:
+    """GRPO's `--missing_eos_penalty`, PPO's flag with its meaning: a completion cut off before a stop token (read
+    from the `completion_ids` that TRL passes, or `ended`) scores `penalty` lower, one that ended 0. Added by
+    train_grpo.py at weight 1 after the task's rewards, so that TRL logs what it took
+    (`rewards/missing_eos_penalty/mean`); the held-out evaluation reads the task's rewards alone, as PPO's does."""
+
+    __name__ = "missing_eos_penalty"
+
+    def __init__(self, penalty, stop_token_ids=()):
+        self.penalty = penalty
+        self.stop_token_ids = set(stop_token_ids)
+
+    def __call__(self, prompts, completions, completion_ids=None, ended=None, **kwargs):
+        ended = ended if ended is not None else ended_flags(completion_ids, self.stop_token_ids, len(completions))
+        return [0.0 if done else -self.penalty for done in ended]
+
+
 class BoxedAnswer:
     """The math verifier as a reward function; the reference comes from `ground_truth` or a GSM8K `answer`.
 
@@ -78,9 +103,7 @@ class BoxedAnswer:
                 f"boxed_answer: {timeouts} of {len(verdicts)} completions were too costly to check (over "
                 f"{self.time_limit} s, or huge numbers) and score as wrong; {self.timeouts} so far"
             )
-        if ended is None and completion_ids is not None and self.stop_token_ids:
-            ended = [len(ids) > 0 and ids[-1] in self.stop_token_ids for ids in completion_ids]
-        ended = ended if ended is not None else [True] * len(verdicts)
+        ended = ended if ended is not None else ended_flags(completion_ids, self.stop_token_ids, len(verdicts))
         rewards = [self.rewards[v] if done else self.cut_off for v, done in zip(verdicts, ended)]
         if self.unboxed_correct is not None:
             for i, (verdict, done, completion, reference) in enumerate(zip(verdicts, ended, completions, references)):

@@ -92,6 +92,7 @@ _WHERE = {
     "GRPOTrainer": "trl",
     "ResumableGRPOTrainer": "rlhf.trl_compat.grpo",
     "ResumableGeneration": "rlhf.trl_compat.grpo",
+    "add_reward_func": "rlhf.trl_compat.grpo",
     "RewardConfig": "trl",
     "RewardTrainer": "trl",
 }

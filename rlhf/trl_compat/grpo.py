@@ -141,6 +141,18 @@ def cpu_vocabulary_tile(device):
         utils._CHUNKED_LOGPROB_CHUNK_SIZE = kept
 
 
+def add_reward_func(trainer, func, weight=1.0):
+    """Add a reward function to a built GRPOTrainer as TRL adds an environment's reward (trl/trainer/grpo_trainer.py
+    1.16.0: 727-730): its name, no processing class, its weight after --reward_weights. The trainer gets a new list,
+    so the list it was built with (the held-out evaluation's) stays as it was."""
+    import torch
+
+    trainer.reward_funcs = [*trainer.reward_funcs, func]
+    trainer.reward_func_names.append(func.__name__)
+    trainer.reward_processing_classes.append(None)
+    trainer.reward_weights = torch.cat([trainer.reward_weights, torch.tensor([weight], dtype=torch.float32)])
+
+
 class ResumableGRPOTrainer(ResumableGeneration, DynamicSampling, GRPOTrainer):
     """TRL's GRPOTrainer resumed exactly (`ResumableGeneration`), with the adaptive KL coefficient (--target_kl),
     dynamic sampling (--use_dynamic_sampling, `rlhf/trl_compat/dynamic_sampling.py`), and on a CPU its LM head's
