@@ -32,7 +32,8 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert next_line.startswith(f"next: python {ROOT / 'train_grpo.py'} --model_name_or_path {policy} "
                                 f"--dataset_name {ROOT / 'data' / 'preferences.jsonl'} --reward_model_name_or_path "
                                 f"{out / 'reward_model'} --system_prompt ")
-    assert next_line.split("   (")[0].endswith(f" --max_completion_length 96 --output_dir {out.parent / 'grpo_run'}")
+    assert next_line.split("   (")[0].endswith(
+        f" --max_completion_length 96 --missing_eos_penalty 1.0 --output_dir {out.parent / 'grpo_run'}")
     # ... and runs as printed, offline, from another folder (shortened to one step)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -259,6 +260,10 @@ def test_the_real_quickstarts_settings_are_flags_its_scripts_take(task):
     ppo = parsed["ppo"][-1]
     expected = (1.0, "zero", False) if task == "math" else (1.0, "random", True)
     assert (ppo.lam, ppo.value_head_init, ppo.whiten_advantages) == expected
+    # A cut-off answer costs 1 on the reward-model task, in GRPO as in PPO (the reward model reads it with its turn
+    # closed); on math the verifier pays a cut-off answer nothing already, and PPO's penalty is off.
+    expected = (1.0, 1.0) if task == "rm" else (None, 0.0)
+    assert (grpo.missing_eos_penalty, ppo.missing_eos_penalty) == expected
     # The reward-model task's GRPO, PPO and evaluation answer under one system prompt and one length limit, which its
     # answers fit (the math task passes its prompt with its rewards): an evaluation that cut off at another length
     # would measure other answers than the training paid.
