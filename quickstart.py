@@ -69,10 +69,11 @@ SETTINGS = {
         # same 16 completions a step) won at seeds 1, 2, 3 and not at 42: 0.49, 0.70, 0.65, 0.59; 4 x 4 wins at all
         # four: 0.58 (0.504-0.66), 0.78, 0.61, 0.61, its stage ~40 s longer (docs/results.md).
         # A cut-off answer costs 1 (--missing_eos_penalty, PPO's flag): the reward model reads it with its turn
-        # closed, so without it running on cost nothing, and GRPO's completions_cut_off alarm fired at 4 of 6 seeds
-        # (the base cuts ~63% at 96 tokens). Chosen on seeds 42 and 1 (no alarm, answers ending 76% and 57%, win
+        # closed, as if it ended, and without the penalty GRPO's completions_cut_off alarm fired at 4 of 6 seeds (the
+        # base cuts ~63% at 96 tokens). Chosen on seeds 42 and 1 (no alarm, answers ending 76% and 57%, win
         # rates 0.68 and 0.60 against the base, judge 0.73 and 0.61; without it 0.65 and 0.68, judge 0.64 and 0.64),
-        # checked at 5, 11, 3 and 2 (docs/results.md, "GRPO paying answers that end").
+        # then 0.70, 0.67 and 0.68 at 5, 3 and 2, not shown at 11 (0.56); the alarm quiet at 42, 1, 5, 2, not at 11
+        # and 3 (docs/results.md, "GRPO paying answers that end").
         "grpo": ["--max_steps", "12", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                  "--num_generations", "4", "--prompts_per_step", "4", "--prompts_per_generation", "4",
                  "--per_device_train_batch_size", "16", "--max_completion_length", "96", "--beta", "0.04",
