@@ -15,6 +15,7 @@ import math
 
 from rlhf.evaluation.metrics import reward_function
 from rlhf.evaluation.stats import correlation
+from rlhf.rewards.functions import MISSING_EOS_PENALTY
 
 # How many consecutive logs a level must hold before it counts: one noisy batch is not a trend.
 WINDOW = 3
@@ -260,7 +261,7 @@ class HealthMonitor:
             function = reward_function(key, "std")
             # --missing_eos_penalty's is 0 wherever nothing was cut off: a penalty not taken, not a reward that
             # cannot score.
-            if function is not None and constant and function != "missing_eos_penalty":
+            if function is not None and constant and function != MISSING_EOS_PENALTY:
                 yield self._alarm(
                     f"reward_constant/{function}", key, values[-1], 0.0, step,
                     f"check that --reward_funcs {function} can score these completions (its data columns, the "

@@ -46,13 +46,16 @@ def ended_flags(completion_ids, stop_token_ids, count):
     return [len(ids) > 0 and ids[-1] in stop_token_ids for ids in completion_ids]
 
 
+MISSING_EOS_PENALTY = "missing_eos_penalty"  # the function's name, as TRL logs it (rewards/<name>/mean)
+
+
 class MissingEOSPenalty:
     """GRPO's `--missing_eos_penalty`, PPO's flag with its meaning: a completion cut off before a stop token (read
     from the `completion_ids` that TRL passes, or `ended`) scores `penalty` lower, one that ended 0. Added by
     train_grpo.py at weight 1 after the task's rewards, so that TRL logs what it took
     (`rewards/missing_eos_penalty/mean`); the held-out evaluation reads the task's rewards alone, as PPO's does."""
 
-    __name__ = "missing_eos_penalty"
+    __name__ = MISSING_EOS_PENALTY
 
     def __init__(self, penalty, stop_token_ids=()):
         self.penalty = penalty
