@@ -329,6 +329,15 @@ def check_sampling(config):
         raise ValueError(f"--top_p must be in (0, 1], got {config.top_p}.")
 
 
+def check_missing_eos_penalty(config):
+    """GRPO's and PPO's --missing_eos_penalty is subtracted from a cut-off completion's reward: a negative one would
+    pay running past the length limit, an infinite one make a cut-off completion's reward infinite."""
+    penalty = config.missing_eos_penalty
+    if penalty is not None and not 0 <= penalty < float("inf"):
+        raise ValueError(f"--missing_eos_penalty must be >= 0 and finite (it is subtracted from the reward of a "
+                         f"completion cut off before a stop token; a negative one pays running on), got {penalty}.")
+
+
 def check_training_run(config):
     """The checks of the fields all three training configs have (each config checks its own), before TRL's."""
     if config.learning_rate <= 0:
@@ -586,6 +595,7 @@ class GRPOTrainingConfig(GRPOConfig):
             self.gradient_accumulation_steps = 1
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
+        check_missing_eos_penalty(self)
         at_least(self, 2, "dynamic_sampling_max_gen_batches")  # 1 would never draw a second batch
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"--dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance}.")
@@ -812,6 +822,7 @@ class PPOTrainingConfig(TrainingArguments):
                 raise ValueError(f"--{name} must be between 0 and 1, got {value}.")
         if self.critic_warmup < 0:
             raise ValueError(f"--critic_warmup must be >= 0 rollouts (0: none), got {self.critic_warmup}.")
+        check_missing_eos_penalty(self)
         if self.target_kl is not None and self.kl_coef == 0:  # the controller multiplies: 0 would stay 0 for ever
             raise ValueError("--target_kl adapts --kl_coef, which is 0 here (a coefficient of 0 never moves); give "
                              "--kl_coef > 0 (e.g. 0.05) or drop --target_kl.")

@@ -35,6 +35,8 @@ def test_an_empty_dataset_is_one_line(tiny_models, tmp_path, run_cli, script, co
     ("train_grpo.py", ["--use_lora", "--lora_r", "0"], "--lora_r must be >= 1"),
     ("train_reward_model.py", ["--eval_samples", "-5"], "--eval_samples must be >= 0"),
     ("train_grpo.py", ["--max_samples", "-5"], "--max_samples must be >= 0"),
+    ("train_grpo.py", ["--missing_eos_penalty", "-1"], "--missing_eos_penalty must be >= 0 and finite"),
+    ("train_ppo.py", ["--missing_eos_penalty", "-1"], "--missing_eos_penalty must be >= 0 and finite"),
     ("train_grpo.py", ["--dataset_split", "test"], "single split, 'train'; drop --dataset_train_split test"),
     ("train_grpo.py", ["--dtype", "bfloat16"], "--allow_half_precision_weights to train them anyway"),
     ("train_ppo.py", ["--dtype", "float16"], "--allow_half_precision_weights to train them anyway"),

@@ -163,6 +163,10 @@ def test_out_of_range_values_are_refused_in_one_line():
     ("grpo", ["--dataset_config", "main"], "--dataset_config main is not supported"),
     # each trainer checks its own fields (RunDefaults only those all three share)
     ("grpo", ["--epsilon", "-0.2"], "--epsilon must be > 0, got -0.2"),
+    ("grpo", ["--missing_eos_penalty", "-1"], "--missing_eos_penalty must be >= 0 and finite"),
+    ("grpo", ["--missing_eos_penalty", "inf"], "--missing_eos_penalty must be >= 0 and finite"),
+    ("ppo", ["--missing_eos_penalty", "-0.5"], "--missing_eos_penalty must be >= 0 and finite"),
+    ("ppo", ["--missing_eos_penalty", "nan"], "--missing_eos_penalty must be >= 0 and finite"),
     ("grpo", ["--top_k", "-1"], "--top_k must be >= 0, got -1"),
     ("grpo", ["--kl_horizon", "0"], "--kl_horizon must be >= 1, got 0"),
     ("grpo", ["--temperature", "0"], "--temperature must be > 0"),
