@@ -158,6 +158,13 @@ class PromptFormat:
             "math data scored with boxed_answer."
         },
     )
+    append_system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "Appended to every row's system message (the system message of rows that have none), e.g. "
+            "'Answer in two or three short sentences.' where the data's own system messages ask for long answers."
+        },
+    )
 
 
 @dataclass

@@ -110,7 +110,8 @@ def evaluate(args, rewards, report, stop):
     prompts, numbers, dropped = held_out_prompts(dataset, tokenizer, args.train_samples, args.max_prompt_length,
                                                  args.system_prompt,
                                                  prompt_room(args.model_path, "--max_new_tokens", args.max_new_tokens,
-                                                             args.trust_remote_code))
+                                                             args.trust_remote_code),
+                                                 args.append_system_prompt)
     rows, row_numbers = draw_prompts(prompts, numbers, args.num_prompts, args.seed)
     prompts = [row["prompt"] for row in rows]  # rows keep every other column (e.g. ground_truth for boxed_answer)
     where = f"rows after --train_samples {args.train_samples}" + (

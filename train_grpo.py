@@ -58,7 +58,7 @@ def main(model_args, data_args, reward_args, training_args):
     room = prompt_room([model_args.model_name_or_path], "--max_completion_length",
                        training_args.max_completion_length, training_args.trust_remote_code)
     train_dataset, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt,
-                                               room)
+                                               room, data_args.append_system_prompt)
     per_generation = training_args.generation_batch_size // training_args.num_generations  # prompts
     flag = ("--prompts_per_generation" if training_args.prompts_per_step
             else "--generation_batch_size / num_generations")

@@ -58,7 +58,8 @@ def main(model_args, data_args, training_args):
     check_reward_columns(reward_funcs, data_args.dataset_name, rows.column_names)
     room = prompt_room([model_args.model_name_or_path], "--max_completion_length",
                        training_args.max_completion_length, training_args.trust_remote_code)
-    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt, room)
+    prompts, _, _ = build_prompt_dataset(rows, tokenizer, data_args.max_prompt_length, data_args.system_prompt, room,
+                                         data_args.append_system_prompt)
     train_dataset = tokenize_prompts(prompts, tokenizer)
     note = check_prompts_fill_batches(len(train_dataset), training_args.prompts_per_rollout, "--prompts_per_rollout",
                                       "rollout")

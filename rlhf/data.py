@@ -269,10 +269,12 @@ def tokenize_prompts(prompts, tokenizer):
     )
 
 
-def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=None, room=None):
+def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=None, room=None,
+                         append_system_prompt=None):
     """Map rows to a `prompt` column of conversations and drop prompts longer than `max_prompt_length` tokens.
 
-    `system_prompt`, when given, becomes the system message of rows that have none. The other columns stay (reward
+    `system_prompt`, when given, becomes the system message of rows that have none; `append_system_prompt` then ends
+    every row's system message (after a space), or is it where a row has none. The other columns stay (reward
     functions receive them, e.g. `ground_truth`). `room` (`rlhf.checks.prompt_room`) says, when no prompt is short
     enough, what the model can hold.
     """
@@ -283,6 +285,11 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
         messages = to_conversation(row, schema)
         if system_prompt and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": system_prompt}] + messages
+        if append_system_prompt:
+            own = ""
+            if messages[0]["role"] == "system":
+                own, messages = messages[0]["content"].strip() + " ", messages[1:]
+            messages = [{"role": "system", "content": own + append_system_prompt}] + messages
         return {"prompt": messages}
 
     dataset = dataset.map(format_row, desc="Formatting prompts")

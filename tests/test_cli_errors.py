@@ -579,3 +579,16 @@ def test_several_mistakes_are_said_together_in_one_line(tiny_models, tmp_path, r
     if script == "evaluate_generations.py":
         assert f"(3) --output_file {tmp_path / 'report.json'} is a folder" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
+def test_the_appended_system_prompt_reaches_the_training_prompts(tiny_models, tmp_path, run_cli, script):
+    """Every prompt made longer than --max_prompt_length 1 says its shortest length: the appended words count."""
+    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args}[script]
+
+    def shortest(*flags):
+        line = error_line(run_cli(script, *build(tiny_models, tmp_path / "out"), "--max_prompt_length", "1", *flags))
+        return int(line.split("(the shortest has ")[1].split(")")[0])
+
+    assert shortest("--append_system_prompt", "Answer in two or three short sentences.") > shortest()
+    assert not (tmp_path / "out").exists()

@@ -174,6 +174,24 @@ def test_build_prompt_dataset_drops_and_counts_long_prompts():
         build_prompt_dataset(datasets.Dataset.from_list(rows), tokenizer, 2)
 
 
+def test_system_prompt_fills_rows_without_one_and_append_system_prompt_ends_every_rows():
+    import datasets
+
+    tokenizer = tiny.build_tokenizer()
+    rows = datasets.Dataset.from_list([{"system": "Be kind. ", "question": "Q1", "chosen": "a", "rejected": "b"},
+                                       {"system": "", "question": "Q2", "chosen": "a", "rejected": "b"}])
+
+    def systems(**kwargs):
+        dataset, _, _ = build_prompt_dataset(rows, tokenizer, 64, **kwargs)
+        return [prompt[0]["content"] if prompt[0]["role"] == "system" else None for prompt in dataset["prompt"]]
+
+    assert systems() == ["Be kind. ", None]
+    assert systems(system_prompt="Be brief.") == ["Be kind. ", "Be brief."]
+    assert systems(append_system_prompt="Be brief.") == ["Be kind. Be brief.", "Be brief."]
+    assert systems(system_prompt="Say hi.", append_system_prompt="Be brief.") == ["Be kind. Be brief.",
+                                                                                  "Say hi. Be brief."]
+
+
 def test_transformers_warns_of_a_prompt_too_long_for_the_tokenizer_only_where_the_package_keeps_it():
     """transformers warns of "indexing errors" for a text longer than the tokenizer's model_max_length: said where such
     a prompt stays (--max_prompt_length above that limit), left to the package's own count where it is dropped."""

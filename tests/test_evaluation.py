@@ -173,6 +173,19 @@ def test_two_models_are_compared_on_the_same_held_out_prompts(tiny_models, tmp_p
 
 
 @pytest.mark.slow
+def test_the_system_prompts_reach_the_evaluated_prompts(tiny_models, tmp_path):
+    out = tmp_path / "eval.json"
+    result = run_script("evaluate_generations.py", *eval_args(
+        tiny_models, out, tiny_models["policy"], extra=["--system_prompt", "Say hi.", "--append_system_prompt",
+                                                         "Be brief.", "--num_completions", "1"]))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (model,) = json.loads(out.read_text())["models"]
+    # the tiny data's rows hold "You are a helpful assistant." or no system message
+    assert {p["prompt"][0]["content"] for p in model["prompts"]} == {"Say hi. Be brief.",
+                                                                     "You are a helpful assistant. Be brief."}
+
+
+@pytest.mark.slow
 def test_evaluating_the_same_model_twice_is_a_tie(tiny_models, tmp_path):
     out = tmp_path / "eval.json"
     result = run_script("evaluate_generations.py",

@@ -11,7 +11,8 @@ from rlhf.evaluation.stats import rank_labels
 ROW = "_evaluation_row"  # the dataset row number of a prompt, carried through the length filter
 
 
-def held_out_prompts(rows, tokenizer, train_samples, max_prompt_length, system_prompt=None, room=None):
+def held_out_prompts(rows, tokenizer, train_samples, max_prompt_length, system_prompt=None, room=None,
+                     append_system_prompt=None):
     """(prompt rows, their dataset row numbers, how many were dropped as over-long): the rows after the first
     `train_samples` (the rows training used), as `build_prompt_dataset` makes them. A prompt keeps the number of
     its row: counting after the filter would shift every number past a dropped prompt."""
@@ -19,7 +20,8 @@ def held_out_prompts(rows, tokenizer, train_samples, max_prompt_length, system_p
 
     held_out = rows.select(range(train_samples, len(rows)))
     held_out = held_out.add_column(ROW, list(range(train_samples, len(rows))))
-    prompts, _, dropped = build_prompt_dataset(held_out, tokenizer, max_prompt_length, system_prompt, room)
+    prompts, _, dropped = build_prompt_dataset(held_out, tokenizer, max_prompt_length, system_prompt, room,
+                                               append_system_prompt)
     return prompts.remove_columns(ROW), prompts[ROW], dropped
 
 

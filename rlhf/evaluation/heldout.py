@@ -57,7 +57,7 @@ def held_out_rows(training_args, data_args, tokenizer, reward_funcs, room=None):
                         f"first --max_samples {train_samples} that training uses; lower --max_samples, or pass "
                         "--eval_dataset_name")
     prompts, numbers, dropped = held_out_prompts(rows, tokenizer, train_samples, data_args.max_prompt_length,
-                                                 data_args.system_prompt, room)
+                                                 data_args.system_prompt, room, data_args.append_system_prompt)
     if not len(prompts):
         raise UserError(f"--eval_prompts: all {dropped} held-out prompts of {source} are longer than "
                         f"--max_prompt_length {data_args.max_prompt_length}; raise it, or pass --eval_dataset_name")
