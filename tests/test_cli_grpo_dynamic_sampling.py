@@ -182,3 +182,25 @@ def test_dynamic_sampling_with_one_completion_per_prompt_is_refused_in_one_line(
                                                  "--num_generations", "1"))
     assert error_line(result) == "error: --num_generations must be >= 2, got 1."
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_groups_that_differ_only_in_the_missing_eos_penalty_count_as_one_reward(tiny_models, end_of_turn_models,
+                                                                              tmp_path, rewards):
+    """DAPO keeps the groups whose outcome differs, judged on the task's reward, not a shaped total (verl#7792): a
+    group whose completions all earn 1 and differ only in being cut off (--missing_eos_penalty) is a group of one
+    reward. It still trains where the cap fills the batch with such groups: the penalty gives them an advantage."""
+    out = tmp_path / "run"
+    args = grpo_args(tiny_models, out, "--reward_funcs", "signal_rewards.one", "--use_dynamic_sampling",
+                     "--dynamic_sampling_max_gen_batches", "2", "--max_steps", "4", "--prompts_per_generation", "4",
+                     "--temperature", "1", "--max_completion_length", "4", "--missing_eos_penalty", "2",
+                     "--save_steps", "1", "--save_total_limit", "10")
+    args[args.index("--model_name_or_path") + 1] = end_of_turn_models["policy"]
+    assert_ok(run_script("train_grpo.py", *args, env=rewards))
+    # the groups trained on (generated at steps 1 and 3): some held a cut-off completion beside an ended one
+    groups = [g for step in (1, 3) for g in trained_groups(out / f"checkpoint-{step}")]
+    assert any(abs(a) > 0.1 for g in groups for a in g)
+    logged = scalars(out)
+    assert logged["train/dynamic_sampling/cap_reached"] == [(1, 1.0), (3, 1.0)]
+    assert logged["train/dynamic_sampling/groups_one_reward"] == logged["train/dynamic_sampling/groups_drawn"]
+    assert {value for _, value in logged["train/frac_reward_zero_std"]} == {1.0}

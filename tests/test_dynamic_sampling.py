@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlhf.trl_compat.dynamic_sampling import choose_groups, extra_prompts, groups_with_spread, take_rows
+from rlhf.trl_compat.dynamic_sampling import choose_groups, extra_prompts, groups_with_spread, take_rows, task_columns
 
 NAN = math.nan
 
@@ -25,6 +25,16 @@ def test_a_rule_rewards_group_differs_when_one_completion_earns_otherwise():
     assert spread([1, 1, 0, 0, 1, 0], 2) == [False, False, True]
     assert spread([1, 1, 1, 1, 0, 0, 0, 1], 4) == [False, True]
     assert spread([-0.5, -0.5, -1.0, -0.5], 2) == [False, True]  # a missing answer vs a wrong one (math recipe)
+
+
+def test_the_missing_eos_penalty_is_not_the_tasks_outcome():
+    # GRPO adds the penalty after --reward_funcs: a group that differs only in it is a group of one reward
+    assert task_columns(["boxed_answer", "boxed_format", "missing_eos_penalty"]) == [0, 1]
+    assert task_columns(["reward_model"]) == [0]
+    rewards = [[1.0, -1.0], [1.0, 0.0], [0.0, 0.0], [1.0, 0.0]]  # (task, penalty) for two groups of 2
+    columns = task_columns(["boxed_answer", "missing_eos_penalty"])
+    assert spread([[row[i] for i in columns] for row in rewards], 2) == [False, True]
+    assert spread(rewards, 2) == [True, True]  # the shaped total would keep both
 
 
 def test_float_noise_is_not_a_difference_but_a_reward_model_scores_small_gap_is():

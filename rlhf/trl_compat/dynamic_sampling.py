@@ -21,6 +21,8 @@ process and again on resume, so nothing about them is saved; TRL's data order (e
 
 import random
 
+from rlhf.rewards.functions import MISSING_EOS_PENALTY
+
 # How TRL 1.16 pads each tensor of a scored batch (grpo_trainer.py 2437-2485): the side and the value (None: the pad
 # token). Rows of several rounds are padded to the widest round's width the same way. Prompts are left-padded: the
 # extra pads shift a prompt's positions, which rotary position embeddings do not see (TRL's own batches pad prompts
@@ -32,12 +34,21 @@ PADDING = {"prompt_ids": ("left", None), "prompt_mask": ("left", 0), "completion
 ONE_PER_ROW = ("advantages",)
 
 
+def task_columns(names):
+    """The reward functions (by position) dynamic sampling judges a group by: the task's. `--missing_eos_penalty` (a
+    reward function GRPO adds after `--reward_funcs`) is shaping, not the outcome, and is left out: DAPO keeps groups
+    whose accuracy differs, and verl judges on the task's reward, not a shaped total (verl#7792). A group that differs
+    only in being cut off still trains where the cap fills the batch: the penalty's spread gives it an advantage."""
+    return [index for index, name in enumerate(names) if name != MISSING_EOS_PENALTY]
+
+
 def groups_with_spread(rewards_per_func, weights, num_generations, tolerance, per_function=False):
     """One bool per group of `num_generations` consecutive completions: whether their rewards differ.
 
-    `rewards_per_func`: (completions, functions), NaN where a function gave none; `weights`: (functions,). Judged on
-    the reward the advantage is built from, the weighted total (TRL's `sum_then_normalize`), or with `per_function`
-    (TRL's `normalize_then_sum`, which normalises each function within the group) on each weighted function alone.
+    `rewards_per_func`: (completions, functions), NaN where a function gave none; `weights`: (functions,); dynamic
+    sampling passes the task's functions (`task_columns`). Judged on the weighted total, as the advantage is built
+    from it (TRL's `sum_then_normalize`), or with `per_function` (TRL's `normalize_then_sum`, which normalises each
+    function within the group) on each weighted function alone.
     Rewards differ when the group's highest and lowest are further apart than `tolerance` x max(1, |reward|): a float
     std compared to 0 counts rounding noise as a difference. Unscored completions (NaN) are left out; a group with
     fewer than two scored ones has no spread.
@@ -131,7 +142,8 @@ class DynamicSampling:
         while True:
             batch = inputs if not outputs else self._extra_inputs(inputs, len(outputs), target)
             outputs.append(super()._generate_and_score_completions(batch))
-            spread = groups_with_spread(self._gathered_rewards, self.reward_weights, size,
+            task = task_columns(self.reward_func_names)
+            spread = groups_with_spread(self._gathered_rewards[:, task], self.reward_weights[task], size,
                                         self.args.dynamic_sampling_tolerance,
                                         per_function=self.multi_objective_aggregation == "normalize_then_sum")
             spreads.append(spread.tolist())
