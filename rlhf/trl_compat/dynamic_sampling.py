@@ -138,11 +138,11 @@ class DynamicSampling:
         logged = len(metrics["frac_reward_zero_std"])
         size = self.num_generations
         target = self.args.generation_batch_size // size  # groups per generation, over all processes
+        task = task_columns(self.reward_func_names)  # the rewards a group is judged by
         outputs, spreads = [], []
         while True:
             batch = inputs if not outputs else self._extra_inputs(inputs, len(outputs), target)
             outputs.append(super()._generate_and_score_completions(batch))
-            task = task_columns(self.reward_func_names)
             spread = groups_with_spread(self._gathered_rewards[:, task], self.reward_weights[task], size,
                                         self.args.dynamic_sampling_tolerance,
                                         per_function=self.multi_objective_aggregation == "normalize_then_sum")
