@@ -332,6 +332,33 @@ def test_no_gamed_reward_alarm_on_healthy_runs():
     assert not any(observe_rewards(HealthMonitor({"kind": "grpo"}), alone, {"reward_model": 1.0}))
 
 
+# The reward-model quickstart's GRPO with --missing_eos_penalty 3 at seed 3 (4 prompts a step): the reward model's
+# mean per log jumps with the prompts drawn (0.2-1.1 from one log to the next), and its first 3 logs' mean is 0.16
+# above that of steps 6-8 while the penalty's rose by 0.63: noise, and the old rule's alarm at step 8. The run ended
+# 71-94% of its evaluation answers and won against the base (docs/results.md, "GRPO paying answers that end").
+NOISY = {"reward_model": [0.58, 0.37, 0.65, 0.33, 0.81, 0.29, 0.98, -0.16, 0.37, 0.47, 0.73, 0.63],
+         "missing_eos_penalty": [-1.5, -2.06, -0.94, -1.5, -1.12, -2.06, -0.19, -0.38, 0.0, -0.94, -0.75, -0.75]}
+
+
+def test_a_fall_within_the_noise_of_a_reward_models_scores_is_no_alarm():
+    from rlhf.lifecycle.health import GAMED_FALL, gamed_reward, window_noise
+
+    weights = {"reward_model": 1.0, "missing_eos_penalty": 1.0}
+    assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), NOISY, weights))
+    steps_1_to_8 = {name: values[:8] for name, values in NOISY.items()}
+    assert gamed_reward(steps_1_to_8, [], weights, noise=0) == (  # the old rule: GAMED_FALL alone
+        "reward_model", pytest.approx(0.163, abs=1e-3), "missing_eos_penalty")
+    assert 2 * window_noise(NOISY["reward_model"][:8]) > 0.6 > GAMED_FALL
+    # The same scores falling by 1.5 from step 5 on: beyond the noise, an alarm.
+    falling = {"reward_model": [v - 1.5 * (i >= 4) for i, v in enumerate(NOISY["reward_model"])],
+               "missing_eos_penalty": NOISY["missing_eos_penalty"]}
+    raised = observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), falling, weights)
+    alarm = next(alarm for alarms in raised for alarm in alarms)
+    assert alarm.name == "reward_gamed" and "reward function reward_model fell by" in alarm.line
+    # A smooth series (the calibrated math runs) has noise below GAMED_FALL, which decides as before.
+    assert 2 * window_noise(GAMED["boxed_answer"]) < GAMED_FALL
+
+
 def test_accuracy_falling_while_an_unpaid_format_term_saturates_is_an_alarm():
     weights = {"boxed_answer": 1.0, "boxed_format": 0.0}
     means = {"boxed_answer": [0.30, 0.28, 0.25, 0.15, 0.10, 0.05, 0.02, 0.0],

@@ -69,8 +69,18 @@ ENTROPY_MIN = 0.05
 # boxed_format paid at weight 1): healthy runs' boxed_answer fell by at most 0.08 between their first and last 3
 # logs (CPU seeds 1, 7; H200 seed 42; the PPO runs); the gamed H200 run at seed 1 by 0.28 (-0.52 -> -1.0 while
 # boxed_format rose to 1.0).
+# A move counts only where it also exceeds GAMED_NOISE standard errors of the difference of two GAMED_WINDOW-log means,
+# the per-log noise estimated from the series' successive differences (von Neumann's estimator). A reward model's
+# mean per log jumps with the prompts drawn: the reward-model quickstart's GRPO (4 prompts a step, scores of spread
+# ~1.2) moved 0.2-1.1 from one log to the next. Without this, it fired at seeds 3 and 11 with --missing_eos_penalty 3
+# (the reward model's mean 0.17 lower, 2 standard errors 0.68 and 0.83, while the penalty's, 3x the cut-off share,
+# rose) and with a penalty of 2 (its mean 0.33 lower, 2 standard errors 0.72), runs that ended more answers than the
+# base and won. Replayed on the 28 training logs kept from this issue's runs (both tasks), only those three go. The
+# calibrated runs above move smoothly: their noise is below GAMED_FALL, which decides as before (docs/results.md,
+# "GRPO paying answers that end").
 GAMED_WINDOW = 3
 GAMED_FALL = 0.15
+GAMED_NOISE = 2.0
 # Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: the reward-model
 # quickstart reaches 1.00 on 40 held-out pairs (seeds 1-3, docs/results.md).
 REWARD_ACCURACY_MIN = 0.6
@@ -112,11 +122,22 @@ def slope(values):
     return sum((i - mx) * (v - my) for i, v in enumerate(values)) / sum((i - mx) ** 2 for i in range(n))
 
 
-def gamed_reward(means, total, weights, window=GAMED_WINDOW, min_fall=GAMED_FALL):
+def window_noise(values, window=GAMED_WINDOW):
+    """The standard error of the difference between the means of a series' first and last `window` values, its
+    per-value noise estimated from successive differences (von Neumann: a trend adds little to it)."""
+    if len(values) < 2:
+        return 0.0
+    variance = sum((b - a) ** 2 for a, b in zip(values, values[1:])) / (2 * (len(values) - 1))
+    return math.sqrt(2 * variance / window)
+
+
+def gamed_reward(means, total, weights, window=GAMED_WINDOW, min_fall=GAMED_FALL, noise=GAMED_NOISE):
     """(the function that fell, how much less it pays, what rose) when a paid reward function's contribution to the
     total (its weight x its mean) fell by `min_fall` or more between the first and the last `window` logs while the
     total rose, or another function moved by `min_fall` or more (in its own units) the way its weight pays: a bonus
     rising, a penalty (a negative weight) falling, a function of weight 0 (logged, not paid) rising. Else None.
+    Each move must also exceed `noise` standard errors of its series' window means (`window_noise`): a reward model's
+    mean per log jumps with the prompts drawn.
     `means`: {function: [its mean per log]}, `total`: the weighted total per log, `weights`: {function: weight}.
     A penalty that falls pays more, as intended: no alarm."""
     def change(values):
@@ -128,10 +149,11 @@ def gamed_reward(means, total, weights, window=GAMED_WINDOW, min_fall=GAMED_FALL
     changes = {name: change(values) for name, values in means.items() if len(values) >= 2 * window}
     for name, moved in sorted(changes.items(), key=lambda item: weight(item[0]) * item[1]):
         fall = -weight(name) * moved  # how much less it pays (0 for a function of weight 0)
-        if fall < min_fall:
+        if fall < min_fall or abs(moved) < noise * window_noise(means[name], window):
             continue
         risers = [other for other, rise in changes.items()
-                  if other != name and (-rise if weight(other) < 0 else rise) >= min_fall]
+                  if other != name and (-rise if weight(other) < 0 else rise) >= max(
+                      min_fall, noise * window_noise(means[other], window))]
         if risers:
             return name, fall, risers[0]
         if len(total) >= 2 * window and change(total) > 0:
