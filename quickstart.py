@@ -68,16 +68,18 @@ SETTINGS = {
         # GRPO: 12 steps of 4 prompts x 4 completions, 48 prompts in all. 2 prompts x 8 completions (24 prompts, the
         # same 16 completions a step) won at seeds 1, 2, 3 and not at 42: 0.49, 0.70, 0.65, 0.59; 4 x 4 wins at all
         # four: 0.58 (0.504-0.66), 0.78, 0.61, 0.61, its stage ~40 s longer (docs/results.md).
-        # A cut-off answer costs 1 (--missing_eos_penalty, PPO's flag): the reward model reads it with its turn
-        # closed, as if it ended, and without the penalty GRPO's completions_cut_off alarm fired at 4 of 6 seeds (the
-        # base cuts ~63% at 96 tokens). Chosen on seeds 42 and 1 (no alarm, answers ending 76% and 57%, win
-        # rates 0.68 and 0.60 against the base, judge 0.73 and 0.61; without it 0.65 and 0.68, judge 0.64 and 0.64),
-        # then 0.70, 0.67 and 0.68 at 5, 3 and 2, not shown at 11 (0.56); the alarm quiet at 42, 1, 5, 2, not at 11
-        # and 3 (docs/results.md, "GRPO paying answers that end").
+        # A cut-off answer costs 3 (--missing_eos_penalty, PPO's flag): the reward model reads it with its turn
+        # closed, as if it ended, and pays length, so running on pays unless the penalty outweighs it. The base cuts
+        # ~65% of its answers at 96 tokens and ~57% at 128: the length is not the lever. GRPO's completions_cut_off
+        # alarm fired at 4 of 6 seeds without a penalty, at 2 of 6 at 1.0 (11 and 3), at 1 of 6 at 3.0 (2). 3.0 was
+        # chosen on seeds 42 and 1 (no alarm, answers ending 83% and 94%, win rates 0.75 and 0.64 against the base,
+        # judge 0.77 and 0.61; at 1.0: 76% and 57%, 0.68 and 0.60, judge 0.73 and 0.61), then checked at 11, 3, 5
+        # and 2: answers ending 59-94% (at 1.0, 49-79%), wins 0.58-0.72, judge 0.61-0.75 (docs/results.md, "A
+        # cut-off answer costs 3").
         "grpo": ["--max_steps", "12", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                  "--num_generations", "4", "--prompts_per_step", "4", "--prompts_per_generation", "4",
                  "--per_device_train_batch_size", "16", "--max_completion_length", "96", "--beta", "0.04",
-                 "--missing_eos_penalty", "1.0", "--save_steps", "4", "--system_prompt", RM_SYSTEM_PROMPT],
+                 "--missing_eos_penalty", "3.0", "--save_steps", "4", "--system_prompt", RM_SYSTEM_PROMPT],
         # PPO at a constant learning rate, as GRPO, over 6 rollouts of 16. TRL's default decays the rate linearly,
         # one step per rollout (3e-5, 2.25e-5, 1.5e-5, 7.5e-6 over 4 rollouts). Win rates at seeds 42, 1, 2, 3 with 4
         # rollouts: decaying 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45
@@ -352,7 +354,7 @@ def next_command(out, task, base):
     else:
         args = ["--model_name_or_path", base, "--dataset_name", PREFERENCES, "--reward_model_name_or_path",
                 out / "reward_model", "--system_prompt", RM_SYSTEM_PROMPT, "--max_completion_length", 96,
-                "--missing_eos_penalty", 1.0, "--output_dir", out.parent / "grpo_run"]
+                "--missing_eos_penalty", 3.0, "--output_dir", out.parent / "grpo_run"]
         where = "flags: docs/training.md; the curves: python plot_training_progress.py"
     return f"{script('train_grpo.py', *args)}   ({where})"
 

@@ -33,7 +33,7 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
                                 f"--dataset_name {ROOT / 'data' / 'preferences.jsonl'} --reward_model_name_or_path "
                                 f"{out / 'reward_model'} --system_prompt ")
     assert next_line.split("   (")[0].endswith(
-        f" --max_completion_length 96 --missing_eos_penalty 1.0 --output_dir {out.parent / 'grpo_run'}")
+        f" --max_completion_length 96 --missing_eos_penalty 3.0 --output_dir {out.parent / 'grpo_run'}")
     # ... and runs as printed, offline, from another folder (shortened to one step)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -260,9 +260,10 @@ def test_the_real_quickstarts_settings_are_flags_its_scripts_take(task):
     ppo = parsed["ppo"][-1]
     expected = (1.0, "zero", False) if task == "math" else (1.0, "random", True)
     assert (ppo.lam, ppo.value_head_init, ppo.whiten_advantages) == expected
-    # A cut-off answer costs 1 on the reward-model task, in GRPO as in PPO (the reward model reads it with its turn
-    # closed); on math the verifier pays a cut-off answer nothing already, and PPO's penalty is off.
-    expected = (1.0, 1.0) if task == "rm" else (None, 0.0)
+    # A cut-off answer costs 3 in the reward-model task's GRPO and 1 in its PPO (the reward model reads it with its
+    # turn closed and pays length; PPO's answers end at 1.0); on math the verifier pays a cut-off answer nothing
+    # already, and PPO's penalty is off.
+    expected = (3.0, 1.0) if task == "rm" else (None, 0.0)
     assert (grpo.missing_eos_penalty, ppo.missing_eos_penalty) == expected
     # The reward-model task's GRPO, PPO and evaluation answer under one system prompt and one length limit, which its
     # answers fit (the math task passes its prompt with its rewards): an evaluation that cut off at another length
