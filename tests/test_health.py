@@ -335,7 +335,8 @@ def test_no_gamed_reward_alarm_on_healthy_runs():
 # The reward-model quickstart's GRPO with --missing_eos_penalty 3 at seed 3 (4 prompts a step): the reward model's
 # mean per log jumps with the prompts drawn (0.2-1.1 from one log to the next), and its first 3 logs' mean is 0.16
 # above that of steps 6-8 while the penalty's rose by 0.63: noise, and the old rule's alarm at step 8. The run ended
-# 71-94% of its evaluation answers and won against the base (docs/results.md, "GRPO paying answers that end").
+# 74% of its evaluation answers (the base 32%) and won, 0.72 and 0.75 under the judge (docs/results.md, "A cut-off
+# answer costs 3").
 NOISY = {"reward_model": [0.58, 0.37, 0.65, 0.33, 0.81, 0.29, 0.98, -0.16, 0.37, 0.47, 0.73, 0.63],
          "missing_eos_penalty": [-1.5, -2.06, -0.94, -1.5, -1.12, -2.06, -0.19, -0.38, 0.0, -0.94, -0.75, -0.75]}
 
