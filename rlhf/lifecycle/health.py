@@ -147,13 +147,13 @@ def gamed_reward(means, total, weights, window=GAMED_WINDOW, min_fall=GAMED_FALL
         return weights.get(name, 1.0)
 
     changes = {name: change(values) for name, values in means.items() if len(values) >= 2 * window}
+    floor = {name: noise * window_noise(means[name], window) for name in changes}  # a smaller move is noise
     for name, moved in sorted(changes.items(), key=lambda item: weight(item[0]) * item[1]):
         fall = -weight(name) * moved  # how much less it pays (0 for a function of weight 0)
-        if fall < min_fall or abs(moved) < noise * window_noise(means[name], window):
+        if fall < min_fall or abs(moved) < floor[name]:
             continue
         risers = [other for other, rise in changes.items()
-                  if other != name and (-rise if weight(other) < 0 else rise) >= max(
-                      min_fall, noise * window_noise(means[other], window))]
+                  if other != name and (-rise if weight(other) < 0 else rise) >= max(min_fall, floor[other])]
         if risers:
             return name, fall, risers[0]
         if len(total) >= 2 * window and change(total) > 0:
