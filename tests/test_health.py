@@ -342,14 +342,14 @@ NOISY = {"reward_model": [0.58, 0.37, 0.65, 0.33, 0.81, 0.29, 0.98, -0.16, 0.37,
 
 
 def test_a_fall_within_the_noise_of_a_reward_models_scores_is_no_alarm():
-    from rlhf.lifecycle.health import GAMED_FALL, gamed_reward, window_noise
+    from rlhf.lifecycle.health import GAMED_FALL, GAMED_NOISE, gamed_reward, window_noise
 
     weights = {"reward_model": 1.0, "missing_eos_penalty": 1.0}
     assert not any(observe_rewards(HealthMonitor({"kind": "grpo", "reward_weights": weights}), NOISY, weights))
     steps_1_to_8 = {name: values[:8] for name, values in NOISY.items()}
     assert gamed_reward(steps_1_to_8, [], weights, noise=0) == (  # the old rule: GAMED_FALL alone
         "reward_model", pytest.approx(0.163, abs=1e-3), "missing_eos_penalty")
-    assert 2 * window_noise(NOISY["reward_model"][:8]) > 0.6 > GAMED_FALL
+    assert GAMED_NOISE * window_noise(NOISY["reward_model"][:8]) > 0.6 > GAMED_FALL
     # The same scores falling by 1.5 from step 5 on: beyond the noise, an alarm.
     falling = {"reward_model": [v - 1.5 * (i >= 4) for i, v in enumerate(NOISY["reward_model"])],
                "missing_eos_penalty": NOISY["missing_eos_penalty"]}
@@ -357,7 +357,7 @@ def test_a_fall_within_the_noise_of_a_reward_models_scores_is_no_alarm():
     alarm = next(alarm for alarms in raised for alarm in alarms)
     assert alarm.name == "reward_gamed" and "reward function reward_model fell by" in alarm.line
     # A smooth series (the calibrated math runs) has noise below GAMED_FALL, which decides as before.
-    assert 2 * window_noise(GAMED["boxed_answer"]) < GAMED_FALL
+    assert GAMED_NOISE * window_noise(GAMED["boxed_answer"]) < GAMED_FALL
 
 
 def test_accuracy_falling_while_an_unpaid_format_term_saturates_is_an_alarm():
