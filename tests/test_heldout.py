@@ -111,6 +111,14 @@ def assert_logged_with_intervals(output_dir, name, steps):
     return logged
 
 
+def assert_same_weights(one, other):
+    import torch
+    from safetensors.torch import load_file
+
+    a, b = load_file(Path(one) / "model.safetensors"), load_file(Path(other) / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.fixture(scope="module")
 def grpo_runs(tiny_models, tmp_path_factory):
     """A GRPO run with held-out evaluation and the same run without it, side by side."""
@@ -143,14 +151,9 @@ def test_grpo_logs_the_held_out_win_rate_and_keeps_the_best_checkpoint(grpo_runs
 
 @pytest.mark.slow
 def test_evaluating_does_not_change_what_is_trained(grpo_runs):
-    import torch
-    from safetensors.torch import load_file
-
     assert_ok(grpo_runs["with"])
     assert_ok(grpo_runs["without"])
-    evaluated = load_file(grpo_runs["root"] / "with" / "model.safetensors")
-    plain = load_file(grpo_runs["root"] / "without" / "model.safetensors")
-    assert evaluated.keys() == plain.keys() and all(torch.equal(evaluated[k], plain[k]) for k in plain)
+    assert_same_weights(grpo_runs["root"] / "with", grpo_runs["root"] / "without")
     assert not any(tag.startswith("eval/") for tag in scalars(grpo_runs["root"] / "without"))
 
 
@@ -179,6 +182,11 @@ def test_ppo_logs_the_held_out_win_rate_and_names_the_best_checkpoint(tiny_model
     assert (Path(state["best_model_checkpoint"]) / "trainer_state.json").exists()
     # The evaluation's completions are not counted as rollouts: one length per step, from the 2 prompts trained on.
     assert len(scalars(tmp_path / "run")["train/completions/mean_length"]) == 4
+    # Nor do they change what is trained: the same run without them ends on the same weights, bit for bit (the
+    # quickstart's PPO evaluates while it trains; bench/arms.py's arms do not).
+    plain = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "plain", "--total_episodes", "8", *SAME))
+    assert_ok(plain)
+    assert_same_weights(tmp_path / "run", tmp_path / "plain")
     # Continued to 6 batches: the same starting policy's completions (cached), the evaluations and best so far kept.
     result = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--total_episodes", "12", *EVAL))
     assert_ok(result)
