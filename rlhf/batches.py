@@ -108,6 +108,19 @@ def grpo_flags(flags, processes):
                          f"completions: --per_device_train_batch_size {per_device} x {accumulation} = {completions} "
                          f"completions per optimizer step, {completions / group:g} prompts x {group} completions "
                          "(--prompts_per_step N counts prompts instead)")
+    # Prompts and TRL's completion counts cannot both set one generation: the one given last would be dropped.
+    if not step and flags.prompts_per_generation is not None:
+        raise ValueError(f"--prompts_per_generation {flags.prompts_per_generation} counts prompts of "
+                         "--prompts_per_step, but TRL's batch flags (--gradient_accumulation_steps, "
+                         "--generation_batch_size, --steps_per_generation, or --prompts_per_step 0) set this run's "
+                         "batch as they are: give "
+                         "--prompts_per_step N with it, or TRL's --generation_batch_size (in completions) without it")
+    if step and flags.steps_per_generation is not None:
+        given = f"--batch_size {flags.batch_size}" if flags.batch_size is not None else f"--prompts_per_step {step}"
+        raise ValueError(f"--steps_per_generation {flags.steps_per_generation} is TRL's, and this package's "
+                         f"{given} sets the batch here: give --prompts_per_generation (prompts "
+                         "generated at once, a multiple of --prompts_per_step) instead, or --prompts_per_step 0 to "
+                         "use TRL's batch flags as they are")
     if step:
         generation = flags.prompts_per_generation or step  # a GPU's default is set before (resolve_machine)
         batch = grpo_batch(step, group, per_device, processes, accumulation, generation)

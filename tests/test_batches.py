@@ -170,3 +170,17 @@ def test_ppo_flags_cut_a_rollout_into_mini_batches_of_one_optimizer_steps_prompt
     for name in ("num_mini_batches", "prompts_per_rollout", "per_device_train_batch_size"):
         with pytest.raises(ValueError, match=f"--{name} must be >= 1, got 0"):
             ppo(**{name: 0})
+
+
+def test_grpo_flags_refuse_prompts_and_trls_completion_counts_setting_one_generation():
+    # TRL's batch flags used as they are: --prompts_per_generation would be dropped without a word
+    with pytest.raises(ValueError, match="--prompts_per_generation 4 counts prompts of --prompts_per_step, but TRL's"):
+        grpo_flags(grpo_values(generation_batch_size=16, prompts_per_generation=4), processes=1)
+    with pytest.raises(ValueError, match="give --prompts_per_step N with it"):
+        grpo_flags(grpo_values(prompts_per_step=0, prompts_per_generation=8), processes=1)
+    # this package's step with TRL's passes per generation: TRL would refuse both, naming a flag never given
+    with pytest.raises(ValueError, match="--steps_per_generation 4 is TRL's, and this package's --prompts_per_step 2 "
+                                         "sets the batch here: give --prompts_per_generation"):
+        grpo_flags(grpo_values(prompts_per_step=2, steps_per_generation=4, prompts_per_generation=4), processes=1)
+    with pytest.raises(ValueError, match="this package's --batch_size 2 sets"):
+        grpo_flags(grpo_values(batch_size=2, steps_per_generation=2), processes=1)

@@ -202,6 +202,23 @@ def test_a_causal_lm_given_as_the_ppo_reward_model_is_refused_before_the_run_sta
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("script", ["train_grpo.py", "evaluate_generations.py"])
+def test_a_reward_model_that_cannot_render_a_conversation_is_refused_before_the_run_starts(tiny_models, tmp_path,
+                                                                                         run_cli, script):
+    # GRPO and the evaluation score text through the reward model's own chat template; PPO feeds it the policy's
+    # token ids, so it takes such a reward model (tests/test_cli_ppo.py).
+    tokenizer = tiny.build_tokenizer()
+    tokenizer.chat_template = None
+    reward_model = tiny.build_reward_model(tmp_path / "no_template", tokenizer)
+    if script == "evaluate_generations.py":
+        args = eval_args({**tiny_models, "reward_model": reward_model}, tmp_path / "out" / "eval.json")
+    else:
+        args = grpo_args(tiny_models, tmp_path / "out", reward_model=reward_model)
+    line = error_line(run_cli(script, *args))
+    assert f"the tokenizer of reward model {reward_model} has no chat template" in line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("script, flags, message", [
     ("train_grpo.py", ["--max_prompt_length", "20000"],
      "--max_prompt_length 20000 + --max_completion_length 8 = 2000"),
@@ -336,6 +353,10 @@ def test_a_typo_in_a_local_folder_says_it_does_not_exist_and_what_was_meant(tiny
     ("train_grpo.py", ["--top_k", "-5"], "--top_k must be >= 0, got -5."),
     ("train_grpo.py", ["--epsilon", "-0.2"], "--epsilon must be > 0, got -0.2."),
     ("train_grpo.py", ["--prompts_per_step", "0", "--steps_per_generation", "0"], "--steps_per_generation must be >="),
+    ("train_grpo.py", ["--prompts_per_step", "0", "--generation_batch_size", "16", "--prompts_per_generation", "4"],
+     "--prompts_per_generation 4 counts prompts of --prompts_per_step, but TRL's batch flags"),
+    ("train_grpo.py", ["--steps_per_generation", "4", "--prompts_per_generation", "4"],
+     "--steps_per_generation 4 is TRL's, and this package's --prompts_per_step 2 sets the batch here"),
     ("train_ppo.py", ["--stop_token", "foo"], "--stop_token foo is not supported; use eos"),
     ("train_reward_model.py", ["--eval_strategy", "steps"], "--eval_strategy steps needs an evaluation set"),
     ("train_grpo.py", ["--eval_strategy", "epoch"], "--eval_strategy epoch needs an evaluation set"),
