@@ -16,7 +16,7 @@ from rlhf.data import check_dataset_source
 from rlhf.errors import UserError
 from rlhf.processes import launched_engine
 from rlhf.rewards.functions import check_reward_funcs, check_reward_order, check_reward_weights
-from rlhf.rewards.reward_model import REWARD_HINT, check_reward_model, check_value_model
+from rlhf.rewards.reward_model import check_reward_model, check_scorer, check_value_model
 
 
 def grpo(model_args, data_args, reward_args, training_args):
@@ -26,8 +26,7 @@ def grpo(model_args, data_args, reward_args, training_args):
     problems.run(_checked_policy, model_args, data_args, training_args)
     problems.run(check_dataset_source, data_args.dataset_name)
     if "reward_model" in reward_args.reward_funcs:
-        problems.run(check_model_source, reward_args.reward_model_name_or_path, "reward model",
-                     "--reward_model_name_or_path", REWARD_HINT)
+        problems.run(check_scorer, reward_args.reward_model_name_or_path, training_args.trust_remote_code)
     problems.run(check_reward_weights, training_args.reward_weights, reward_args.reward_funcs)
     problems.run(check_reward_funcs, reward_args.reward_funcs)  # a user's module imports, its signature can be called
     problems.run(check_quantization, model_args)
@@ -105,8 +104,7 @@ def evaluation(args, rewards):
                      args.trust_remote_code)
     problems.run(check_dataset_source, args.dataset_name)
     if "reward_model" in rewards.reward_funcs:
-        problems.run(check_model_source, rewards.reward_model_name_or_path, "reward model",
-                     "--reward_model_name_or_path", REWARD_HINT)
+        problems.run(check_scorer, rewards.reward_model_name_or_path, args.trust_remote_code)
     problems.run(check_reward_weights, args.reward_weights, rewards.reward_funcs)
     if args.judge_model_name_or_path is not None:
         problems.run(_check_judge, args.judge_model_name_or_path, rewards, args.trust_remote_code)
@@ -118,7 +116,7 @@ def _check_judge(judge, rewards, trust_remote_code):
     """The judge: a one-output sequence classifier, and not the reward model itself (which agrees by construction)."""
     from pathlib import Path
 
-    check_reward_model(judge, trust_remote_code, "judge")
+    check_scorer(judge, trust_remote_code, "judge")
     reward_model = rewards.reward_model_name_or_path
     if "reward_model" in rewards.reward_funcs and (
             judge == reward_model or Path(judge).expanduser().resolve() == Path(reward_model).expanduser().resolve()):

@@ -60,6 +60,16 @@ def test_reward_model_with_another_tokenizer_is_refused_before_model_work(tiny_m
     assert not (tmp_path / "out").exists()
 
 
+def test_ppo_takes_a_reward_model_without_a_chat_template_as_it_reads_the_policys_token_ids(tiny_models, tmp_path):
+    # GRPO and the evaluation refuse one (tests/test_cli_errors.py): they render text with the reward model's template
+    tokenizer = tiny.build_tokenizer()  # the policy's vocabulary
+    tokenizer.chat_template = None
+    reward_model = tiny.build_reward_model(tmp_path / "no_template", tokenizer)
+    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "out", "--total_episodes", "2",
+                                                   reward_model=reward_model)))
+    assert (tmp_path / "out" / "model.safetensors").exists()
+
+
 # With LoRA the learning rate is high enough for a trained adapter's KL (about 1e-2 after two batches) to stand far
 # above a fresh adapter's (the reference itself: float noise, about 1e-7).
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -548,6 +549,9 @@ def judge_args(tiny_models, tmp_path, judge, *models):
                    "['LlamaForSequenceClassification'], num_labels=2)"),
     ("reward_model", "--judge_model_name_or_path {} is the reward model that scores the completions"),
     ("file", "judge {} is a file; point --judge_model_name_or_path at a model folder"),
+    ("no_template", "the tokenizer of judge {} has no chat template, and a judge scores each conversation as its "
+                    "template renders it"),
+    ("no_tokenizer", "cannot read the tokenizer of judge {} ("),  # e.g. PPO's value_model/, saved without one
 ])
 def test_a_judge_that_cannot_judge_is_refused_in_one_line_before_any_model_loads(tiny_models, tmp_path, run_cli, judge,
                                                                                   message):
@@ -562,6 +566,15 @@ def test_a_judge_that_cannot_judge_is_refused_in_one_line_before_any_model_loads
     elif judge == "file":
         judge = tmp_path / "judge.safetensors"
         judge.write_text("")
+    elif judge == "no_template":
+        tokenizer = tiny.build_tokenizer()
+        tokenizer.chat_template = None
+        judge = tiny.build_reward_model(tmp_path / judge, tokenizer)
+    elif judge == "no_tokenizer":
+        (tmp_path / judge).mkdir()
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(Path(tiny_models["reward_model"]) / name, tmp_path / judge)
+        judge = tmp_path / judge
     elif judge in tiny_models:
         judge = tiny_models[judge]
     line = error_line(run_cli("evaluate_generations.py", *judge_args(tiny_models, tmp_path, judge)))

@@ -13,11 +13,9 @@ from rlhf.rewards.reward_model import turn_end_ids
 
 def check_same_tokenizer(tokenizer, path, what, flag, trust_remote_code=False):
     """Refuse a reward or value model whose tokenizer differs from the policy's: PPO feeds it the policy's ids."""
-    from transformers import AutoTokenizer
+    from rlhf.rewards.reward_model import scorer_tokenizer
 
-    from rlhf.models import tokenizer_source
-
-    other = AutoTokenizer.from_pretrained(tokenizer_source(path), trust_remote_code=trust_remote_code)
+    other = scorer_tokenizer(path, trust_remote_code, what, template=False)
     if other.get_vocab() != tokenizer.get_vocab():
         raise UserError(
             f"{what} {path} uses another tokenizer than the policy {tokenizer.name_or_path}, but PPO feeds it the "
@@ -75,7 +73,7 @@ def load_ppo_models(model_args, training_args, tokenizer, resuming=False):
     if "reward_model" in training_args.reward_funcs:
         gpu = on_gpu(training_args.use_cpu)
         scorer_dtype = reward_model_dtype(training_args.reward_model_dtype, model_args.dtype, gpu)
-        reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust)
+        reward_model, _ = load_reward_model(reward_path, scorer_dtype, trust, template=False)  # it reads token ids
         reward_model.config.pad_token_id = pad  # it reads the policy's ids (check_same_tokenizer)
     value_source = value_model_source(training_args, start)
     if not resuming and not training_args.value_model_path and value_source == start and is_main_process():

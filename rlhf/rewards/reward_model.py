@@ -96,6 +96,42 @@ def check_reward_model(path, trust_remote_code=False, what="reward model"):
     return path
 
 
+def scorer_tokenizer(path, trust_remote_code=False, what="reward model", template=True):
+    """A scorer's own tokenizer (a reward model's, a judge's, PPO's value model's). With `template`, one whose chat
+    template renders the conversations it scores (`render_for_reward`: GRPO's reward model, the evaluation's reward
+    model and judge; PPO feeds its reward model the policy's token ids). A folder that cannot give one is refused in
+    one line, before any model loads."""
+    from transformers import AutoTokenizer
+
+    source = tokenizer_source(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception as error:
+        if not Path(source).expanduser().is_dir():
+            raise
+        raise UserError(  # e.g. PPO's value_model/ folder, saved without one
+            f"cannot read the tokenizer of {what} {path} ({type(error).__name__}: {first_line(error)}); its tokenizer "
+            "files (tokenizer.json, tokenizer_config.json) are missing or damaged: copy them from the model it was "
+            "trained from"
+        ) from None
+    if template and not getattr(tokenizer, "chat_template", None):
+        raise UserError(
+            f"the tokenizer of {what} {path} has no chat template, and a {what} scores each conversation as its "
+            f"template renders it; give one trained with `{script('train_reward_model.py')}` (it keeps its base "
+            "model's template), or add a chat_template to its tokenizer_config.json"
+        )
+    return tokenizer
+
+
+def check_scorer(path, trust_remote_code=False, what="reward model"):
+    """A reward model or judge that scores text: a one-output sequence classifier (`check_reward_model`) whose own
+    tokenizer renders conversations (`scorer_tokenizer`). Returns `path`."""
+    check_reward_model(path, trust_remote_code, what)
+    if adapter_base(path) is not None or model_config(path, trust_remote_code, what) is not None:  # readable now
+        scorer_tokenizer(path, trust_remote_code, what)
+    return path
+
+
 def check_value_model(path, trust_remote_code=False):
     """PPO's value model starts from a reward model (its one output) or a causal LM (a new one-output head): a
     classifier with several outputs cannot load into that head. Returns `path`."""
@@ -114,21 +150,23 @@ def _check_classifier(path, config, what="reward model"):
     if config is None:  # not readable before loading (the bundled model before its conversion)
         return
     architectures = config.architectures or []
-    if config.num_labels != 1 or not any(a.endswith("ForSequenceClassification") for a in architectures):
+    classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    if config.num_labels != 1 or not classifier:
+        labels = f", num_labels={config.num_labels}" if classifier else ""  # a causal LM's num_labels is a default
         raise UserError(
             f"{what} {path} must be a sequence classifier with num_labels=1 (it has architectures="
-            f"{architectures}, num_labels={config.num_labels}); train one with `{script('train_reward_model.py')}`"
+            f"{architectures}{labels}); train one with `{script('train_reward_model.py')}`"
         )
 
 
-def load_reward_model(path, dtype="float32", trust_remote_code=False, what="reward model"):
+def load_reward_model(path, dtype="float32", trust_remote_code=False, what="reward model", template=True):
     """Load a frozen sequence-classification reward model (or a judge: `what`) and its own tokenizer.
 
     The model is put in eval mode with gradients off. Its `pad_token_id` is set from its tokenizer (made distinct
     from EOS), because sequence classifiers read the score at the last token that is not padding. A LoRA adapter
-    of a sequence classifier (`task_type` SEQ_CLS) is merged into its base.
+    of a sequence classifier (`task_type` SEQ_CLS) is merged into its base. `template`: see `scorer_tokenizer`.
     """
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     path = loadable(check_reward_model(path, trust_remote_code, what))
     if adapter_base(path) is None:
@@ -136,9 +174,7 @@ def load_reward_model(path, dtype="float32", trust_remote_code=False, what="rewa
             _check_classifier(path, AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code), what)
         except OSError as error:
             raise UserError(f"cannot load {what} {path} ({first_line(error)}){ROLES[what][1]}") from None
-    tokenizer = ensure_distinct_pad(
-        AutoTokenizer.from_pretrained(tokenizer_source(path), trust_remote_code=trust_remote_code)
-    )
+    tokenizer = ensure_distinct_pad(scorer_tokenizer(path, trust_remote_code, what, template))
     model = load_sequence_classifier(path, dtype, trust_remote_code, tokenizer.pad_token_id)
     model.eval().requires_grad_(False)
     return model, tokenizer
