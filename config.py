@@ -19,6 +19,7 @@ from typing import Literal
 from transformers import TrainingArguments
 from trl import ModelConfig, ScriptArguments
 
+from rlhf.batches import GROUP_WHY
 from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf.trl_compat import GRPOConfig, RewardConfig
 
@@ -596,14 +597,15 @@ class GRPOTrainingConfig(GRPOConfig):
             raise ValueError("--target_kl adapts --beta, which is 0 here (no reference model, no KL to measure); "
                              "give --beta > 0 (e.g. 0.04) or drop --target_kl.")
         at_least(self, 0, "prompts_per_step")
-        at_least(self, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
+        at_least(self, 2, "num_generations", why=GROUP_WHY)
         at_least(self, 1, "per_device_train_batch_size", "batch_size", "prompts_per_generation")
         if self.gradient_accumulation_steps is None:  # where --prompts_per_step derived none: TrainingArguments' 1
             self.gradient_accumulation_steps = 1
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
         check_missing_eos_penalty(self)
-        at_least(self, 2, "dynamic_sampling_max_gen_batches")  # 1 would never draw a second batch
+        at_least(self, 2, "dynamic_sampling_max_gen_batches",
+                 why="1 would never draw a second batch; give 2 or more, or drop --use_dynamic_sampling")
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"--dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance}.")
         check_held_out(self)
@@ -887,9 +889,10 @@ class RewardTrainingConfig(RewardConfig):
         super().__post_init__()
 
 
-def at_least(config, minimum, *names):
-    """Refuse (one line naming the flag) any of `names` that `config` has, is set, and is below `minimum`."""
+def at_least(config, minimum, *names, why=""):
+    """Refuse (one line naming the flag, and `why` where given) any of `names` that `config` has, is set, and is
+    below `minimum`."""
     for name in names:
         value = getattr(config, name, None)
         if value is not None and value < minimum:
-            raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
+            raise ValueError(f"--{name} must be >= {minimum}, got {value}{': ' + why if why else '.'}")

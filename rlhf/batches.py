@@ -10,6 +10,9 @@ flag to change.
 
 import math
 
+# GRPO's advantage compares the completions of one prompt: one alone has nothing to be compared with.
+GROUP_WHY = "GRPO compares the completions of each prompt with each other; give 2 or more (e.g. 4)"
+
 # Prompts generated at once on a GPU (GRPO's prompts_per_generation, PPO's prompts_per_rollout): one H100 went
 # from 13.2 to 0.9 s per optimizer step from 4 to 64 prompts per generation (docs/performance.md).
 GPU_PROMPTS_PER_GENERATION = 64
@@ -80,7 +83,7 @@ def grpo_flags(flags, processes):
     new (why)` where the user gave the field (why None: set unsaid), and note lines said whatever the user gave."""
     _at_least(flags, 1, "batch_size", "per_device_train_batch_size", "gradient_accumulation_steps",
               "prompts_per_generation")
-    _at_least(flags, 2, "num_generations")  # GRPO's advantage compares completions of one prompt
+    _at_least(flags, 2, "num_generations", why=GROUP_WHY)
     _at_least(flags, 0, "prompts_per_step")
     step, per_device, group = flags.prompts_per_step, flags.per_device_train_batch_size, flags.num_generations
     accumulation = flags.gradient_accumulation_steps
@@ -153,12 +156,12 @@ def ppo_flags(flags, processes):
     return changes, []
 
 
-def _at_least(flags, minimum, *names):
+def _at_least(flags, minimum, *names, why=""):
     """Refuse, before any arithmetic, a count below what the batch needs (the configs check it too)."""
     for name in names:
         value = getattr(flags, name)
         if value is not None and value < minimum:
-            raise ValueError(f"--{name} must be >= {minimum}, got {value}.")
+            raise ValueError(f"--{name} must be >= {minimum}, got {value}{': ' + why if why else '.'}")
 
 
 def ppo_update_prompts(per_device, gradient_accumulation_steps, processes):

@@ -7,6 +7,7 @@ import pytest
 from rlhf.batches import (
     CPU_ROLLOUT_CHUNK,
     GPU_PROMPTS_PER_GENERATION,
+    GROUP_WHY,
     generation_prompts,
     grpo_batch,
     grpo_flags,
@@ -140,7 +141,7 @@ def test_grpo_flags_leave_trls_batch_flags_as_they_are_and_say_they_count_comple
 
 @pytest.mark.parametrize("given, message", [
     ({"per_device_train_batch_size": 0}, "--per_device_train_batch_size must be >= 1, got 0."),
-    ({"num_generations": 1}, "--num_generations must be >= 2, got 1."),
+    ({"num_generations": 1}, "--num_generations must be >= 2, got 1: " + GROUP_WHY),
     ({"prompts_per_step": -1}, "--prompts_per_step must be >= 0, got -1."),
     ({"batch_size": 0}, "--batch_size must be >= 1, got 0."),
     ({"prompts_per_generation": 0}, "--prompts_per_generation must be >= 1, got 0."),

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import assert_ok, error_line, grpo_args, run_script, scalars
+from rlhf.batches import GROUP_WHY
 from test_interruption import final_weights
 
 # Rewards that control which groups differ: `half` gives every completion of half the prompts (by the prompt's
@@ -180,7 +181,7 @@ def test_a_lora_run_trains_its_adapter_on_groups_whose_rewards_differ(tiny_model
 def test_dynamic_sampling_with_one_completion_per_prompt_is_refused_in_one_line(tiny_models, tmp_path, run_cli):
     result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--use_dynamic_sampling",
                                                  "--num_generations", "1"))
-    assert error_line(result) == "error: --num_generations must be >= 2, got 1."
+    assert error_line(result) == "error: --num_generations must be >= 2, got 1: " + GROUP_WHY
     assert not (tmp_path / "run").exists()
 
 

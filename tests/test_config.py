@@ -2,6 +2,7 @@ import pytest
 
 from config import GRPOTrainingConfig, ModelArguments, PPOTrainingConfig, PromptDataArguments, RewardArguments
 from rlhf import engines
+from rlhf.batches import GROUP_WHY
 from rlhf.cli import UserError, parse_args
 from rlhf.models import reward_model_dtype
 
@@ -677,9 +678,10 @@ def test_dynamic_sampling_flags_are_checked_and_said_to_do_nothing_without_it(ca
     grpo = parse_args(GRPO_TYPES, ["--use_dynamic_sampling"])[-1]
     assert (grpo.use_dynamic_sampling, grpo.dynamic_sampling_max_gen_batches, grpo.dynamic_sampling_tolerance) == (
         True, 10, 1e-6)
-    for flags, message in [(["--num_generations", "1"], "--num_generations must be >= 2, got 1."),
+    for flags, message in [(["--num_generations", "1"], "--num_generations must be >= 2, got 1: " + GROUP_WHY),
                            (["--dynamic_sampling_max_gen_batches", "1"],
-                            "--dynamic_sampling_max_gen_batches must be >= 2, got 1."),
+                            "--dynamic_sampling_max_gen_batches must be >= 2, got 1: 1 would never draw a "
+                            "second batch; give 2 or more, or drop --use_dynamic_sampling"),
                            (["--dynamic_sampling_tolerance", "-0.1"],
                             "--dynamic_sampling_tolerance must be >= 0, got -0.1.")]:
         with pytest.raises(UserError) as error:

@@ -552,6 +552,8 @@ def judge_args(tiny_models, tmp_path, judge, *models):
     ("no_template", "the tokenizer of judge {} has no chat template, and a judge scores each conversation as its "
                     "template renders it"),
     ("no_tokenizer", "cannot read the tokenizer of judge {} ("),  # e.g. PPO's value_model/, saved without one
+    ("policy_adapter", "judge {} is a LoRA adapter of a CAUSAL_LM model, not of a sequence classifier (task_type "
+                       "SEQ_CLS); give --judge_model_name_or_path a reward model"),  # e.g. GRPO's --use_peft output
 ])
 def test_a_judge_that_cannot_judge_is_refused_in_one_line_before_any_model_loads(tiny_models, tmp_path, run_cli, judge,
                                                                                   message):
@@ -570,6 +572,13 @@ def test_a_judge_that_cannot_judge_is_refused_in_one_line_before_any_model_loads
         tokenizer = tiny.build_tokenizer()
         tokenizer.chat_template = None
         judge = tiny.build_reward_model(tmp_path / judge, tokenizer)
+    elif judge == "policy_adapter":
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        policy = AutoModelForCausalLM.from_pretrained(tiny_models["policy"])
+        get_peft_model(policy, LoraConfig(task_type="CAUSAL_LM", r=2)).save_pretrained(tmp_path / judge)
+        judge = tmp_path / judge
     elif judge == "no_tokenizer":
         (tmp_path / judge).mkdir()
         for name in ("config.json", "model.safetensors"):

@@ -16,6 +16,7 @@ from rlhf.checks import check_model_source
 from rlhf.errors import NonFiniteError, UserError, first_line
 from rlhf.models import (
     adapter_base,
+    adapter_config,
     load_sequence_classifier,
     loadable,
     model_config,
@@ -91,8 +92,14 @@ def check_reward_model(path, trust_remote_code=False, what="reward model"):
     sequence classifier: a causal LM would load with a new random score head. Returns `path`."""
     flag, hint = ROLES[what]
     check_model_source(path, what, flag, hint)
-    if adapter_base(path) is None:
+    adapter = adapter_config(loadable(path))
+    if adapter is None:
         _check_classifier(path, model_config(path, trust_remote_code, what), what)
+    elif adapter.get("task_type") != "SEQ_CLS":  # e.g. GRPO's LoRA output: an adapter of the policy
+        raise UserError(
+            f"{what} {path} is a LoRA adapter of a {adapter.get('task_type')} model, not of a sequence classifier "
+            f"(task_type SEQ_CLS); give {flag} a reward model: `{script('train_reward_model.py')}` makes one"
+        )
     return path
 
 
