@@ -80,7 +80,7 @@ SETTINGS = {
                  "--num_generations", "4", "--prompts_per_step", "4", "--prompts_per_generation", "4",
                  "--per_device_train_batch_size", "16", "--max_completion_length", "96", "--beta", "0.04",
                  "--missing_eos_penalty", "3.0", "--save_steps", "4", "--system_prompt", RM_SYSTEM_PROMPT],
-        # PPO at a constant learning rate, as GRPO, over 6 rollouts of 16. TRL's default decays the rate linearly,
+        # PPO at a constant learning rate, as GRPO, over 8 rollouts of 16. TRL's default decays the rate linearly,
         # one step per rollout (3e-5, 2.25e-5, 1.5e-5, 7.5e-6 over 4 rollouts). Win rates at seeds 42, 1, 2, 3 with 4
         # rollouts: decaying 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45
         # (at 42 and 1); constant over 6 rollouts 0.59, 0.64, 0.61, 0.45 (at 42, 1 and 2), ~58 s more: docs/results.md.
@@ -89,8 +89,10 @@ SETTINGS = {
         # high, so ending looked like a large advantage wherever it came. At lam 1.0 the values are a baseline only:
         # chosen on seeds 42 and 1 (0.62 and 0.63 against the base, lam 0.95's 0.50 and 0.51; judge 0.65 and 0.57),
         # then 0.72, 0.65, 0.64 at 11, 2, 3 and 0.59 (not shown) at the check seed 5 (docs/results.md, "Answers that
-        # end").
-        "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
+        # end"). 8 rollouts (128 completions; GRPO trains on 192) instead of 6: chosen on seeds 42 and 1 (0.67 and
+        # 0.65, judge 0.71 and 0.60, against 6 rollouts' 0.62 / 0.65 and 0.63 / 0.57), ~90 s more (docs/results.md,
+        # "PPO with more rollouts").
+        "ppo": ["--total_episodes", "128", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                 "--max_completion_length", "96", "--lam", "1.0", "--save_steps", "6", "--system_prompt",
                 RM_SYSTEM_PROMPT],
@@ -119,8 +121,10 @@ SETTINGS = {
         # With TRL's --lam 0.95, random head and whitening, PPO gained at none of 6 CPU seeds (its policy drifted:
         # longer answers, or one step undid the box); with these, +12.9 to +22.1 points at 5 of the 6: at 42 and 1
         # (chosen there) and at the checks 29, 31 and 3, not at 2 (+1.2) (docs/results.md, "PPO without an
-        # untrained critic's push").
-        "ppo": ["--total_episodes", "96", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
+        # untrained critic's push"). 10 rollouts of 16 (160 completions; GRPO trains on 256) instead of 6, TRL's linear
+        # decay spread over them: chosen on seeds 42 and 1 (+15.8 and +25.8 against 6 rollouts' +15.0 and +18.3)
+        # (docs/results.md, "PPO with more rollouts").
+        "ppo": ["--total_episodes", "160", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "48",
                 "--missing_eos_penalty", "0", "--save_steps", "6", *MATH_PPO_CRITIC],
         "ppo_eval": ["--eval_prompts", "16", "--eval_completions", "2", "--eval_steps", "3"],
