@@ -60,7 +60,8 @@ MATH_PPO_CRITIC = ["--lam", "1.0", "--value_head_init", "zero", "--whiten_advant
 # their default (2 steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
 # The reward-model task at 96 tokens took 16 min 0 s to 19 min 39 s at seeds 42, 5, 1, 11 with PPO at lam 0.95; lam
 # 1.0 adds 20-40 s to PPO (one whole run, on a slower hour of the machine, took 23 min 2 s; docs/results.md,
-# "Answers that end").
+# "Answers that end"). PPO's 8 rollouts (reward model) and 10 (math) add about 90 s and 2 min (estimated from stage
+# times, not measured as whole runs: docs/results.md, "PPO with more rollouts").
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
@@ -90,8 +91,9 @@ SETTINGS = {
         # chosen on seeds 42 and 1 (0.62 and 0.63 against the base, lam 0.95's 0.50 and 0.51; judge 0.65 and 0.57),
         # then 0.72, 0.65, 0.64 at 11, 2, 3 and 0.59 (not shown) at the check seed 5 (docs/results.md, "Answers that
         # end"). 8 rollouts (128 completions; GRPO trains on 192) instead of 6: chosen on seeds 42 and 1 (0.67 and
-        # 0.65, judge 0.71 and 0.60, against 6 rollouts' 0.62 / 0.65 and 0.63 / 0.57), ~90 s more (docs/results.md,
-        # "PPO with more rollouts").
+        # 0.65, judge 0.71 and 0.60, against 6 rollouts' 0.62 / 0.65 and 0.63 / 0.57), checked at 5 and 11 (0.64 /
+        # 0.64, where 6 rollouts showed no win, and 0.71 / 0.71), ~90 s more (docs/results.md, "PPO with more
+        # rollouts").
         "ppo": ["--total_episodes", "128", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                 "--max_completion_length", "96", "--lam", "1.0", "--save_steps", "6", "--system_prompt",
@@ -122,8 +124,9 @@ SETTINGS = {
         # longer answers, or one step undid the box); with these, +12.9 to +22.1 points at 5 of the 6: at 42 and 1
         # (chosen there) and at the checks 29, 31 and 3, not at 2 (+1.2) (docs/results.md, "PPO without an
         # untrained critic's push"). 10 rollouts of 16 (160 completions; GRPO trains on 256) instead of 6, TRL's linear
-        # decay spread over them: chosen on seeds 42 and 1 (+15.8 and +25.8 against 6 rollouts' +15.0 and +18.3)
-        # (docs/results.md, "PPO with more rollouts").
+        # decay spread over them: chosen on seeds 42 and 1 (+15.8 and +25.8 against 6 rollouts' +15.0 and +18.3),
+        # checked at 5, 11, 3 (+17.1, +19.2, +25.0) and 2 (+0.8: not rescued), ~2 min more (docs/results.md, "PPO
+        # with more rollouts").
         "ppo": ["--total_episodes", "160", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "48",
                 "--missing_eos_penalty", "0", "--save_steps", "6", *MATH_PPO_CRITIC],
