@@ -19,7 +19,7 @@ from typing import Literal
 from transformers import TrainingArguments
 from trl import ModelConfig, ScriptArguments
 
-from rlhf.batches import GROUP_WHY
+from rlhf.batches import GROUP_WHY, at_least
 from rlhf.models import DEFAULT_LORA_TARGETS
 from rlhf.trl_compat import GRPOConfig, RewardConfig
 
@@ -887,12 +887,3 @@ class RewardTrainingConfig(RewardConfig):
         at_least(self, 1, "max_length")
         check_training_run(self)
         super().__post_init__()
-
-
-def at_least(config, minimum, *names, why=""):
-    """Refuse (one line naming the flag, and `why` where given) any of `names` that `config` has, is set, and is
-    below `minimum`."""
-    for name in names:
-        value = getattr(config, name, None)
-        if value is not None and value < minimum:
-            raise ValueError(f"--{name} must be >= {minimum}, got {value}{': ' + why if why else '.'}")

@@ -81,10 +81,10 @@ def grpo_flags(flags, processes):
 
     Returns (changes, notes): changes [(field, value, why)] in the order they apply, each said `note: --field old ->
     new (why)` where the user gave the field (why None: set unsaid), and note lines said whatever the user gave."""
-    _at_least(flags, 1, "batch_size", "per_device_train_batch_size", "gradient_accumulation_steps",
-              "prompts_per_generation")
-    _at_least(flags, 2, "num_generations", why=GROUP_WHY)
-    _at_least(flags, 0, "prompts_per_step")
+    at_least(flags, 1, "batch_size", "per_device_train_batch_size", "gradient_accumulation_steps",
+             "prompts_per_generation")
+    at_least(flags, 2, "num_generations", why=GROUP_WHY)
+    at_least(flags, 0, "prompts_per_step")
     step, per_device, group = flags.prompts_per_step, flags.per_device_train_batch_size, flags.num_generations
     accumulation = flags.gradient_accumulation_steps
     changes, notes = [], []
@@ -142,8 +142,8 @@ def grpo_flags(flags, processes):
 def ppo_flags(flags, processes):
     """PPO's rollout from `flags` (the parsed values, as attributes) and the launch's process count:
     `--prompts_per_rollout` and TRL's `--num_mini_batches` (`ppo_rollout`), as `grpo_flags` returns them."""
-    _at_least(flags, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "num_mini_batches",
-              "prompts_per_rollout")
+    at_least(flags, 1, "per_device_train_batch_size", "gradient_accumulation_steps", "num_mini_batches",
+             "prompts_per_rollout")
     update = ppo_update_prompts(flags.per_device_train_batch_size, flags.gradient_accumulation_steps, processes)
     rollout, mini_batches = ppo_rollout(flags.prompts_per_rollout, flags.num_mini_batches, update)
     changes = [("prompts_per_rollout", rollout, None),
@@ -156,10 +156,11 @@ def ppo_flags(flags, processes):
     return changes, []
 
 
-def _at_least(flags, minimum, *names, why=""):
-    """Refuse, before any arithmetic, a count below what the batch needs (the configs check it too)."""
+def at_least(flags, minimum, *names, why=""):
+    """Refuse (one line naming the flag, and `why` where given) any of `names` that `flags` has, is set, and is below
+    `minimum`: the batch arithmetic here checks before it computes, the configs (config.py) as they are built."""
     for name in names:
-        value = getattr(flags, name)
+        value = getattr(flags, name, None)
         if value is not None and value < minimum:
             raise ValueError(f"--{name} must be >= {minimum}, got {value}{': ' + why if why else '.'}")
 

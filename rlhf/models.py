@@ -43,23 +43,30 @@ def model_config(name_or_path, trust_remote_code=False, what="model"):
                         f"e.g. the bundled SmolLM2: {bundled_dir()}") from None
 
 
-def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
-    """The policy's tokenizer, padded on the left for generation, with a pad token (eos if it has none)."""
+def read_tokenizer(name_or_path, trust_remote_code=False, what="", **kwargs):
+    """The tokenizer of a model (`what` names its role in messages, e.g. "judge "), from where it is
+    (`tokenizer_source`). A local folder whose tokenizer files are missing or damaged (PPO's value_model/ is saved
+    without them) is refused in one line; other errors are the caller's."""
     from transformers import AutoTokenizer
 
     source = tokenizer_source(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, padding_side=padding_side,
-                                                  trust_remote_code=trust_remote_code)
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
     except Exception as error:
-        if Path(source).expanduser().is_dir():  # a local folder: its tokenizer files are missing or damaged
-            raise UserError(
-                f"cannot read the tokenizer of {name_or_path} ({type(error).__name__}: {first_line(error)}); its "
-                "tokenizer files (tokenizer.json, tokenizer_config.json) are missing or damaged: copy them from the "
-                "model it was trained from"
-            ) from None
-        if not isinstance(error, OSError):
+        if not Path(source).expanduser().is_dir():
             raise
+        raise UserError(
+            f"cannot read the tokenizer of {what}{name_or_path} ({type(error).__name__}: {first_line(error)}); its "
+            "tokenizer files (tokenizer.json, tokenizer_config.json) are missing or damaged: copy them from the "
+            "model it was trained from"
+        ) from None
+
+
+def load_tokenizer(name_or_path, trust_remote_code=False, padding_side="left"):
+    """The policy's tokenizer, padded on the left for generation, with a pad token (eos if it has none)."""
+    try:
+        tokenizer = read_tokenizer(name_or_path, trust_remote_code, padding_side=padding_side)
+    except OSError as error:
         raise UserError(
             f"cannot load model {name_or_path} ({first_line(error)}); offline, pass a local folder, e.g. the bundled "
             f"SmolLM2: --model_name_or_path {bundled_dir()}"

@@ -10,6 +10,7 @@ from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, sca
 from rlhf import tiny
 from rlhf.cli import UserError, parse_args
 from rlhf.evaluation.heldout import best_metric_name, describe, eval_interval, heldout_metrics
+from test_interruption import final_weights
 
 MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
 # Enough rows after --max_samples 24 of the 32 tiny prompts; a learning rate that moves the tiny policy in 4 steps.
@@ -112,11 +113,11 @@ def assert_logged_with_intervals(output_dir, name, steps):
 
 
 def assert_same_weights(one, other):
+    """Every tensor a run saved at its end (the model or adapter, PPO's value model) equal, bit for bit."""
     import torch
-    from safetensors.torch import load_file
 
-    a, b = load_file(Path(one) / "model.safetensors"), load_file(Path(other) / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    expected, weights = final_weights(Path(one)), final_weights(Path(other))
+    assert expected.keys() == weights.keys() and all(torch.equal(expected[k], weights[k]) for k in expected)
 
 
 @pytest.fixture(scope="module")

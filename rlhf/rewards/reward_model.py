@@ -20,7 +20,7 @@ from rlhf.models import (
     load_sequence_classifier,
     loadable,
     model_config,
-    tokenizer_source,
+    read_tokenizer,
 )
 from rlhf.processes import is_main_process
 
@@ -108,19 +108,7 @@ def scorer_tokenizer(path, trust_remote_code=False, what="reward model", templat
     template renders the conversations it scores (`render_for_reward`: GRPO's reward model, the evaluation's reward
     model and judge; PPO feeds its reward model the policy's token ids). A folder that cannot give one is refused in
     one line, before any model loads."""
-    from transformers import AutoTokenizer
-
-    source = tokenizer_source(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-    except Exception as error:
-        if not Path(source).expanduser().is_dir():
-            raise
-        raise UserError(  # e.g. PPO's value_model/ folder, saved without one
-            f"cannot read the tokenizer of {what} {path} ({type(error).__name__}: {first_line(error)}); its tokenizer "
-            "files (tokenizer.json, tokenizer_config.json) are missing or damaged: copy them from the model it was "
-            "trained from"
-        ) from None
+    tokenizer = read_tokenizer(path, trust_remote_code, f"{what} ")
     if template and not getattr(tokenizer, "chat_template", None):
         raise UserError(
             f"the tokenizer of {what} {path} has no chat template, and a {what} scores each conversation as its "
