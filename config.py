@@ -728,8 +728,8 @@ class PPOTrainingConfig(TrainingArguments):
         default=0,
         metadata={"help": "The first N rollouts train the value model alone (verl's critic_warmup): the policy, its "
                   "optimizer state and learning-rate schedule hold still, the KL coefficient too; the value model "
-                  "learns at --learning_rate. They count toward --max_steps / --total_episodes: the policy trains "
-                  "in the rollouts after them, over which its schedule runs."},
+                  "learns at --learning_rate. They count toward the run's length (--max_steps, --total_episodes or "
+                  "--num_train_epochs): the policy trains in the rollouts after them, over which its schedule runs."},
     )
     whiten_rewards: bool = field(
         default=False, metadata={"help": "Whiten the per-token rewards over the rollout (every process's) before GAE."}

@@ -676,6 +676,19 @@ def test_a_critic_warmup_of_every_rollout_is_refused_in_one_line(tiny_models, tm
 
     with pytest.raises(UserError, match=r"--critic_warmup 2 leaves the policy no rollout of the run's 2 to train on"):
         tiny_ppo(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=4, critic_warmup=2)
+
+
+def test_the_critic_warmup_refusal_names_every_flag_that_sets_the_runs_length():
+    from rlhf.errors import UserError
+    from rlhf.ppo.trainer import check_critic_warmup
+
+    check_critic_warmup(2, 3)  # one rollout left for the policy: allowed
+    with pytest.raises(UserError) as refused:
+        check_critic_warmup(3, 3)
+    assert all(flag in str(refused.value) for flag in ("--max_steps", "--total_episodes", "--num_train_epochs"))
+    assert "give at most 2" in str(refused.value)
+
+
 @pytest.mark.parametrize("lora", [False, True])
 def test_the_value_model_stepped_before_the_policy_gives_the_weights_of_one_step_of_both(tiny_models, tmp_path, lora):
     """One process without accumulation steps the value model, then the policy, so that their gradients never take

@@ -886,8 +886,8 @@ def check_critic_warmup(critic_warmup, rollouts):
     """Refuse a critic warm-up that leaves the policy no rollout to train on (one line, exit code 2)."""
     if critic_warmup >= rollouts:
         raise UserError(f"--critic_warmup {critic_warmup} leaves the policy no rollout of the run's {rollouts} to "
-                        f"train on (warm-up rollouts count toward --max_steps / --total_episodes): give at most "
-                        f"{rollouts - 1}, or train longer")
+                        f"train on (warm-up rollouts count toward the run's length: --max_steps, --total_episodes "
+                        f"or --num_train_epochs): give at most {rollouts - 1}, or train longer")
 
 
 def create_optimizer(model, args):
