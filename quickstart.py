@@ -60,8 +60,10 @@ MATH_PPO_CRITIC = ["--lam", "1.0", "--value_head_init", "zero", "--whiten_advant
 # their default (2 steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
 # The reward-model task at 96 tokens took 16 min 0 s to 19 min 39 s at seeds 42, 5, 1, 11 with PPO at lam 0.95; lam
 # 1.0 adds 20-40 s to PPO (one whole run, on a slower hour of the machine, took 23 min 2 s; docs/results.md,
-# "Answers that end"). PPO's 8 rollouts (reward model) and 10 (math) add about 90 s and 2 min (estimated from stage
-# times, not measured as whole runs: docs/results.md, "PPO with more rollouts").
+# "Answers that end"). PPO's 8 rollouts (reward model) and 10 (math) add about 90 s and 2 min (from stage times). With
+# them the reward-model task took 40 min 21 s whole at seed 2 on an AMD EPYC that ran its GRPO stage 2.1 times
+# slower than the machine above (about 19 min there, estimated); the math task was not run whole (docs/results.md,
+# "PPO with more rollouts").
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
@@ -92,8 +94,8 @@ SETTINGS = {
         # then 0.72, 0.65, 0.64 at 11, 2, 3 and 0.59 (not shown) at the check seed 5 (docs/results.md, "Answers that
         # end"). 8 rollouts (128 completions; GRPO trains on 192) instead of 6: chosen on seeds 42 and 1 (0.67 and
         # 0.65, judge 0.71 and 0.60, against 6 rollouts' 0.62 / 0.65 and 0.63 / 0.57), checked at 5 and 11 (0.64 /
-        # 0.64, where 6 rollouts showed no win, and 0.71 / 0.71), ~90 s more (docs/results.md, "PPO with more
-        # rollouts").
+        # 0.64, where 6 rollouts showed no win, and 0.71 / 0.71) and in whole runs at 2 and 3 (0.69 / 0.69, 0.64 /
+        # 0.71), ~90 s more (docs/results.md, "PPO with more rollouts").
         "ppo": ["--total_episodes", "128", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                 "--max_completion_length", "96", "--lam", "1.0", "--save_steps", "6", "--system_prompt",
