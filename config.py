@@ -547,9 +547,9 @@ class GRPOTrainingConfig(GRPOConfig):
     )
     target_kl: float | None = field(
         default=None,
-        metadata={"help": "Adaptive KL (ours; TRL's GRPO guide describes it, no TRL release has it): --beta moves so "
-                  "that `kl` (per token, as logged) stays near this value, logged as `beta` at every step. None keeps "
-                  "--beta fixed."},
+        metadata={"help": "Adaptive KL (this package's addition; TRL's GRPO guide describes it, no TRL release has "
+                  "it): --beta moves so that `kl` (per token, as logged) stays near this value, logged as `beta` at "
+                  "every step. None keeps --beta fixed."},
     )
     kl_horizon: int = shared("kl_horizon")
     missing_eos_penalty: float | None = field(
@@ -738,15 +738,15 @@ class PPOTrainingConfig(TrainingArguments):
         default=True,
         metadata={"help": "Scale the rollout's advantages (every process's) to mean 0 and variance 1, as TRL does. "
                   "false keeps GAE's advantages: a rollout with one rewarded completion then pushes up that one "
-                  "instead of pushing down every other (ours)."},
+                  "instead of pushing down every other (false is this package's addition)."},
     )
     value_head_init: Literal["random", "zero"] = field(
         default="random",
         metadata={"help": "The value model's one-output head when a run starts: random (a new head as transformers "
                   "starts it, TRL's; a trained one, the reward model's or --value_model_path's, is kept) or zero: "
                   "every value starts at 0, so with --lam 1.0 the first advantages are the rewards, without an "
-                  "untrained critic's noise (ours; a trained head set to 0 is said in a note). A resumed run keeps "
-                  "its checkpoint's head."},
+                  "untrained critic's noise (zero is this package's addition; a trained head set to 0 is said in a "
+                  "note). A resumed run keeps its checkpoint's head."},
     )
     cliprange: float = field(
         default=0.2, metadata={"aliases": ["--clip_range", "--clip-range"],
@@ -759,9 +759,9 @@ class PPOTrainingConfig(TrainingArguments):
     top_p: float = field(
         default=1.0,
         metadata={
-            "help": "Nucleus sampling threshold of the rollouts (ours: TRL's PPO samples at 1.0). The "
-            "log-probabilities, importance ratio and KL are those of the full distribution at --temperature, as with "
-            "GRPO's --top_p, so below 1.0 the gradient is biased. Evaluation keeps 0.9."
+            "help": "Nucleus sampling threshold of the rollouts (this package's addition: TRL's PPO always samples "
+            "at 1.0). The log-probabilities, importance ratio and KL are those of the full distribution at "
+            "--temperature, as with GRPO's --top_p, so below 1.0 the gradient is biased. Evaluation keeps 0.9."
         },
     )
     skip_rollouts_without_signal: bool = field(
@@ -769,8 +769,8 @@ class PPOTrainingConfig(TrainingArguments):
         metadata={
             "help": "A rollout whose completions (every process's) all scored the same, e.g. none passed the "
             "verifier, is trained on with advantages of 0: the policy does not move (momentum included), the value "
-            "model still learns (ours; TRL whitens them to unit size, a full step from noise). Logged as "
-            "objective/advantages_zeroed."
+            "model still learns (this package's addition; TRL whitens them to unit size, a full step from noise). "
+            "Logged as objective/advantages_zeroed."
         },
     )
     max_completion_length: int = field(
