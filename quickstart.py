@@ -33,69 +33,40 @@ from rlhf.lifecycle.lock import lock_output_dir
 
 ROOT = Path(__file__).resolve().parent
 PREFERENCE_TRAIN_ROWS = 320  # the rest of the 400 shipped pairs are held out for evaluation
-# A worked example that ends "The answer is \boxed{5}". The base on 120 training problems x 2 (docs/results.md, "A
-# prompt that boxes"): with no example it boxes ~2% of its answers, nearly all of those boxes empty; with an example
-# ending in a bare "\boxed{5}", 5%, 0.8% right; ending in "The answer is \boxed{5}", 45%, 10.8% right: thirteen
-# times the right answers GRPO and PPO can learn from (the reward is the same).
+# A worked example that ends "The answer is \boxed{5}": the base then boxes 45% of its answers (5% when it ends in a
+# bare "\boxed{5}"), so GRPO and PPO see right answers to learn from (docs/results.md, How the recipes were chosen).
 MATH_SYSTEM_PROMPT = (
     "Answer the question. Put your final answer within \\boxed{}. Example: What is 2 + 3? 2 + 3 = 5. The answer is "
     "\\boxed{5}"
 )
-# For the reward-model task's rows that have no system message of their own (2 in 5; the others keep theirs). The
-# reward model pays an answer that ends far more than one cut off, but SmolLM2 runs past 64 tokens: the base, 32
-# held-out prompts x 4 at seed 42, ends 6% within 64 tokens and 23% within 96; with this prompt 11% and 36% (58% of
-# the rows it reaches): GRPO's groups and PPO's rollouts hold answers that end (docs/results.md, "Answers that end").
+# For the reward-model task's rows without a system message of their own: the reward model pays answers that end, and
+# SmolLM2's run long (docs/results.md, How the recipes were chosen).
 RM_SYSTEM_PROMPT = "Answer in two or three short sentences."
 # Only a correct answer that ends pays (boxed_answer 1 / 0 / 0; a completion cut off at the length limit, 0);
 # boxed_format is logged, not paid. Paid at weight 1 (with the seeds' 1 / -1 / -0.5), a boxed wrong answer earned 0
 # against no answer's -0.5, and GRPO learnt to box wrong answers (docs/rewards.md, What each outcome earns).
 MATH_REWARDS = ["--reward_funcs", "boxed_answer", "boxed_format", "--reward_weights", 1, 0]
 # Math PPO without an untrained critic's push: GAE's values cancel to a baseline (lam 1.0), the value head starts at 0,
-# the advantages stay unwhitened (docs/training.md, PPO; the settings' comment below has the figures).
+# the advantages stay unwhitened (docs/training.md, PPO).
 MATH_PPO_CRITIC = ["--lam", "1.0", "--value_head_init", "zero", "--whiten_advantages", "false"]
 
-# Settings per task and machine, chosen by measurement (docs/results.md) so that each CPU run takes at most 25
-# minutes on 2 cores (math 15 min 18 s to 16 min 8 s at commit 3dd11ba, reward model 13 min 19 s to 15 min 27 s
-# at f54201c) and each stage peaks under 8 GB of RSS (at most 6.45 GB): GRPO and PPO keep gradient checkpointing,
-# their default (2 steps of math GRPO peaked at 11.1 GB without it, 5.8 GB with it, in about the same time).
-# The reward-model task at 96 tokens took 16 min 0 s to 19 min 39 s at seeds 42, 5, 1, 11 with PPO at lam 0.95; lam
-# 1.0 adds 20-40 s to PPO (one whole run, on a slower hour of the machine, took 23 min 2 s; docs/results.md,
-# "Answers that end"). PPO's 8 rollouts (reward model) and 10 (math) add about 90 s and 2 min (from stage times). With
-# them the reward-model task took 40 min 21 s whole at seed 2 on an AMD EPYC that ran its GRPO stage 2.1 times
-# slower than the machine above (about 19 min there, estimated); the math task was not run whole (docs/results.md,
-# "PPO with more rollouts").
+# Settings per task and machine, chosen by measurement (docs/results.md; times per machine: README.md, Quickstart).
+# GRPO and PPO keep gradient checkpointing, their default: every stage peaks under 6.5 GB of RSS (math GRPO without
+# it: 11.1 GB, in about the same time).
 SETTINGS = {
     ("rm", "cpu"): {
         "reward": ["--max_steps", "12", "--learning_rate", "3e-5", "--per_device_train_batch_size", "8",
                    "--eval_samples", "40", "--logging_steps", "2", "--no_gradient_checkpointing"],
-        # GRPO: 12 steps of 4 prompts x 4 completions, 48 prompts in all. 2 prompts x 8 completions (24 prompts, the
-        # same 16 completions a step) won at seeds 1, 2, 3 and not at 42: 0.49, 0.70, 0.65, 0.59; 4 x 4 wins at all
-        # four: 0.58 (0.504-0.66), 0.78, 0.61, 0.61, its stage ~40 s longer (docs/results.md).
-        # A cut-off answer costs 3 (--missing_eos_penalty, PPO's flag): the reward model reads it with its turn
-        # closed, as if it ended, and pays length, so running on pays unless the penalty outweighs it. The base cuts
-        # ~65% of its answers at 96 tokens and ~57% at 128: the length is not the lever. GRPO's completions_cut_off
-        # alarm fired at 4 of 6 seeds without a penalty, at 2 of 6 at 1.0 (11 and 3), at 1 of 6 at 3.0 (2). 3.0 was
-        # chosen on seeds 42 and 1 (no alarm, answers ending 83% and 94%, win rates 0.75 and 0.64 against the base,
-        # judge 0.77 and 0.61; at 1.0: 76% and 57%, 0.68 and 0.60, judge 0.73 and 0.61), then checked at 11, 3, 5
-        # and 2: answers ending 59-94% (at 1.0, 49-79%), wins 0.58-0.72, judge 0.61-0.75 (docs/results.md, "A
-        # cut-off answer costs 3").
+        # GRPO: 12 steps of 4 prompts x 4 completions (2 x 8 won at fewer seeds). A cut-off answer costs 3: the reward
+        # model reads it as ended and pays length, so running on must cost more than it earns (docs/results.md, How
+        # the recipes were chosen).
         "grpo": ["--max_steps", "12", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                  "--num_generations", "4", "--prompts_per_step", "4", "--prompts_per_generation", "4",
                  "--per_device_train_batch_size", "16", "--max_completion_length", "96", "--beta", "0.04",
                  "--missing_eos_penalty", "3.0", "--save_steps", "4", "--system_prompt", RM_SYSTEM_PROMPT],
-        # PPO at a constant learning rate, as GRPO, over 8 rollouts of 16. TRL's default decays the rate linearly,
-        # one step per rollout (3e-5, 2.25e-5, 1.5e-5, 7.5e-6 over 4 rollouts). Win rates at seeds 42, 1, 2, 3 with 4
-        # rollouts: decaying 0.52, 0.51, 0.62, 0.46 (above 0.5 at seed 2 only), constant 0.61, 0.60, 0.51, 0.45
-        # (at 42 and 1); constant over 6 rollouts 0.59, 0.64, 0.61, 0.45 (at 42, 1 and 2), ~58 s more: docs/results.md.
-        # Those were at 64 tokens. At 96, GAE at TRL's lam 0.95 made PPO end its answers by shortening them (34-63
-        # tokens): the value model starts as the reward model, which reads text in mid-answer low and an ended answer
-        # high, so ending looked like a large advantage wherever it came. At lam 1.0 the values are a baseline only:
-        # chosen on seeds 42 and 1 (0.62 and 0.63 against the base, lam 0.95's 0.50 and 0.51; judge 0.65 and 0.57),
-        # then 0.72, 0.65, 0.64 at 11, 2, 3 and 0.59 (not shown) at the check seed 5 (docs/results.md, "Answers that
-        # end"). 8 rollouts (128 completions; GRPO trains on 192) instead of 6: chosen on seeds 42 and 1 (0.67 and
-        # 0.65, judge 0.71 and 0.60, against 6 rollouts' 0.62 / 0.65 and 0.63 / 0.57), checked at 5 and 11 (0.64 /
-        # 0.64, where 6 rollouts showed no win, and 0.71 / 0.71) and in whole runs at 2 and 3 (0.69 / 0.69, 0.64 /
-        # 0.71), ~90 s more (docs/results.md, "PPO with more rollouts").
+        # PPO: 8 rollouts of 16 (128 completions) at a constant learning rate, as GRPO's. --lam 1.0: the value model
+        # starts as the reward model, which reads an ended answer high, so at TRL's 0.95 ending looked like an
+        # advantage and PPO cut its answers short (docs/results.md, How the recipes were chosen).
         "ppo": ["--total_episodes", "128", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                 "--max_completion_length", "96", "--lam", "1.0", "--save_steps", "6", "--system_prompt",
@@ -103,32 +74,23 @@ SETTINGS = {
         "evaluate": ["--num_prompts", "32", "--num_completions", "4", "--max_new_tokens", "96", "--batch_size", "32",
                      "--system_prompt", RM_SYSTEM_PROMPT],
         # Held-out evaluation during training, at step 0 and each checkpoint (--save_steps): one evaluation of N
-        # completions costs about 0.6 of a GRPO step generating N (measured on SmolLM2, math settings), so GRPO's
-        # 4 add about a fifth to its stage; PPO's 3, of 8 completions each, 11-12 s each (seed 42).
+        # completions costs about 0.6 of a GRPO step generating N, so GRPO's add about a fifth to its stage.
         "grpo_eval": ["--eval_prompts", "8", "--eval_completions", "2"],
         "ppo_eval": ["--eval_prompts", "8", "--eval_completions", "1", "--eval_steps", "3"],
     },
     ("math", "cpu"): {
         # GRPO samples at top_p 0.9, as the evaluation does, not at its default 1.0 (the distribution its loss uses):
-        # sampling from the nucleus biases the gradient, but held-out accuracy gains were +20.0, +7.9 and +0.0 points
-        # at seeds 42, 1 and 2 at 1.0, and +34.6, +19.6 and +21.2 at 0.9 (docs/results.md, "GRPO sampling").
+        # sampling from the nucleus biases the gradient, but gained more here (docs/results.md, How the recipes
+        # were chosen).
         "grpo": ["--max_steps", "8", "--learning_rate", "3e-5", "--lr_scheduler_type", "constant",
                  "--num_generations", "8", "--prompts_per_step", "4", "--prompts_per_generation", "4",
                  "--per_device_train_batch_size", "32", "--max_completion_length", "48", "--beta", "0.04",
                  "--top_p", "0.9", "--save_steps", "4"],
         "evaluate": ["--num_prompts", "120", "--num_completions", "2", "--max_new_tokens", "48", "--batch_size", "60"],
         "grpo_eval": ["--eval_prompts", "16", "--eval_completions", "2"],  # 3 evaluations: about +20% to GRPO
-        # PPO on the same reward as GRPO (no missing-EOS penalty), its value model from the policy. One PPO epoch: an
-        # epoch trains the policy and a 135M value model, and 2 epochs over rollouts of 32 took 409 s a rollout; one
-        # over 16 takes ~45 s. No untrained critic's push: --lam 1.0 (GAE's values cancel to a baseline), the value
-        # head at 0, the advantages not whitened (one right answer in 16 pushes itself up, not the 15 others down).
-        # With TRL's --lam 0.95, random head and whitening, PPO gained at none of 6 CPU seeds (its policy drifted:
-        # longer answers, or one step undid the box); with these, +12.9 to +22.1 points at 5 of the 6: at 42 and 1
-        # (chosen there) and at the checks 29, 31 and 3, not at 2 (+1.2) (docs/results.md, "PPO without an
-        # untrained critic's push"). 10 rollouts of 16 (160 completions; GRPO trains on 256) instead of 6, TRL's linear
-        # decay spread over them: chosen on seeds 42 and 1 (+15.8 and +25.8 against 6 rollouts' +15.0 and +18.3),
-        # checked at 5, 11, 3 (+17.1, +19.2, +25.0) and 2 (+0.8: not rescued), ~2 min more (docs/results.md, "PPO
-        # with more rollouts").
+        # PPO on GRPO's reward (no missing-EOS penalty), its value model from the policy, one PPO epoch (an epoch
+        # trains a 135M value model too), 10 rollouts of 16 (160 completions), and no untrained critic's push: one
+        # right answer in 16 pushes itself up, not the 15 others down (docs/results.md, How the recipes were chosen).
         "ppo": ["--total_episodes", "160", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "48",
                 "--missing_eos_penalty", "0", "--save_steps", "6", *MATH_PPO_CRITIC],
