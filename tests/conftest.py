@@ -110,26 +110,45 @@ def start_script(script, *args, processes=1):
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture
-def run_cli(capsys):
-    """Run a script's `cli()` inside the test process, as `run_script` runs it in a new one.
-
-    For what ends before training starts (user errors, a finished run): it skips the seconds a new process spends
-    importing torch, transformers and TRL. Returns a CompletedProcess (exit code, stdout, stderr).
+def run_in_process(script, *args, env=None):
+    """Run a script's `cli()` inside this process, as `run_script` runs it in a new one: a CompletedProcess (exit
+    code, stdout, stderr) of the same run, without the seconds a new process spends importing torch, transformers and
+    TRL. Training runs here too, as TRL's tests train in-process; what a run changes in the process (environment
+    variables, signal handlers, accelerate's state) is put back after it. A bug's exception propagates to the test.
     """
+    import contextlib
+    import io
+    import signal
 
-    def run(script, *args):
-        module = importlib.import_module(Path(script).stem)
-        args = [str(arg) for arg in args]
-        try:
-            module.cli(args)
-            code = 0
-        except SystemExit as stop:
-            code = stop.code
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
+    module = importlib.import_module(Path(script).stem)
+    args = [str(arg) for arg in args]
+    environ = dict(os.environ)
+    os.environ.update(env or {})
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                module.cli(args)
+                code = 0
+            except SystemExit as stop:
+                code = 0 if stop.code is None else stop.code
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        if "accelerate" in sys.modules:  # the next run builds its own accelerator, as a new process would
+            from accelerate.state import AcceleratorState
 
-    return run
+            AcceleratorState._reset_state(reset_partial_state=True)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def run_cli():
+    """`run_in_process` as a fixture (the tests of what ends before training: user errors, a finished run)."""
+    return run_in_process
 
 
 def run_script(script, *args, timeout=600, cwd=ROOT, processes=1, env=None):
