@@ -9,6 +9,7 @@ flag to change.
 """
 
 import math
+from dataclasses import dataclass
 
 # GRPO's advantage compares the completions of one prompt: one alone has nothing to be compared with.
 GROUP_WHY = "GRPO compares the completions of each prompt with each other; give 2 or more (e.g. 4)"
@@ -201,6 +202,37 @@ def ppo_episodes(total_episodes, max_steps, prompts_per_rollout):
     if total_episodes is None:
         return None
     return math.ceil(total_episodes / prompts_per_rollout) * prompts_per_rollout
+
+
+@dataclass(frozen=True)
+class PPOSizes:
+    """A PPO run's sizes, under the names TRL's PPOTrainer gave them (it wrote them onto its config): a rollout is
+    `batch_size` prompts over all processes, `local_batch_size` in each, cut into mini-batches of
+    `local_mini_batch_size` prompts per process, one optimizer step each."""
+
+    world_size: int  # processes
+    local_mini_batch_size: int  # prompts per optimizer step, per process
+    local_batch_size: int  # prompts per rollout, per process
+    batch_size: int  # prompts per rollout, over all processes
+    total_episodes: int  # prompts the run trains on
+    num_total_batches: int  # rollouts: the last one whole, so the run may train beyond total_episodes
+
+
+def ppo_sizes(args, processes, num_prompts):
+    """The sizes (`PPOSizes`) of a PPO run of `args` (a `config.PPOTrainingConfig`, or any object with its batch and
+    length fields) on `processes` processes over `num_prompts` prompts. Its length: `max_steps` rollouts where > 0
+    (PPO's steps are rollouts), else `total_episodes`, else `num_train_epochs` passes over the prompts."""
+    local_mini_batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    local_batch_size = local_mini_batch_size * args.num_mini_batches
+    batch_size = local_batch_size * processes
+    if args.max_steps > 0:
+        total_episodes = args.max_steps * batch_size
+    elif args.total_episodes is None:
+        total_episodes = int(args.num_train_epochs * num_prompts)
+    else:
+        total_episodes = args.total_episodes
+    return PPOSizes(processes, local_mini_batch_size, local_batch_size, batch_size, total_episodes,
+                    math.ceil(total_episodes / batch_size))
 
 
 def ppo_rollouts(total_episodes, num_train_epochs, num_prompts, prompts_per_rollout):

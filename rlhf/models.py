@@ -239,7 +239,7 @@ def peft_config(model_args, task_type="CAUSAL_LM"):
 
     With task_type="SEQ_CLS" PEFT also trains the classification head (`score`) in full.
     """
-    from trl import get_peft_config
+    from rlhf.trl_compat import get_peft_config
 
     args = copy.copy(model_args)
     args.lora_task_type = task_type
@@ -254,7 +254,7 @@ def quantization_config(model_args):
     4-bit weights compute in bfloat16 as in the QLoRA paper (TRL would take --dtype, float32 by default: slower, and
     no more accurate for frozen 4-bit weights). Call `check_quantization` first: it refuses a machine that cannot.
     """
-    from trl import get_quantization_config
+    from rlhf.trl_compat import get_quantization_config
 
     args = copy.copy(model_args)
     args.dtype = "bfloat16"

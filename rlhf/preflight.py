@@ -155,7 +155,7 @@ class Problems:
 
 def check_report_to(report_to):
     """Refuse a --report_to integration that is unknown or not installed: the Trainer would fail once models load."""
-    from transformers.integrations import integration_utils
+    from rlhf.trl_compat import integration_utils
 
     names = [report_to] if isinstance(report_to, str) else list(report_to or [])
     installed = None

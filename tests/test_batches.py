@@ -15,6 +15,7 @@ from rlhf.batches import (
     ppo_episodes,
     ppo_flags,
     ppo_rollout,
+    ppo_sizes,
     ppo_update_prompts,
     rollout_chunk,
 )
@@ -185,3 +186,29 @@ def test_grpo_flags_refuse_prompts_and_trls_completion_counts_setting_one_genera
         grpo_flags(grpo_values(prompts_per_step=2, steps_per_generation=4, prompts_per_generation=4), processes=1)
     with pytest.raises(ValueError, match="this package's --batch_size 2 sets"):
         grpo_flags(grpo_values(batch_size=2, steps_per_generation=2), processes=1)
+
+
+def ppo_config(**given):
+    return SimpleNamespace(**{"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2,
+                              "num_mini_batches": 3, "total_episodes": None, "num_train_epochs": 1.5,
+                              "max_steps": -1, **given})
+
+
+def test_ppo_sizes_are_a_rollouts_prompts_cut_into_mini_batches_and_the_runs_length_in_rollouts():
+    """What PPO's trainer holds (TRL's PPOTrainer wrote these onto its config): worked out by hand."""
+    # 2 prompts a pass x 2 passes = 4 per mini-batch and process, x 3 mini-batches = 12 per process, x 2 processes = 24
+    sizes = ppo_sizes(ppo_config(total_episodes=50), processes=2, num_prompts=100)
+    assert (sizes.world_size, sizes.local_mini_batch_size, sizes.local_batch_size, sizes.batch_size) == (2, 4, 12, 24)
+    assert (sizes.total_episodes, sizes.num_total_batches) == (50, 3)  # 50 / 24: the last rollout whole
+    # without --total_episodes, --num_train_epochs passes over the prompts: 1.5 x 100 = 150 episodes, 7 rollouts of 24
+    assert (lambda s: (s.total_episodes, s.num_total_batches))(ppo_sizes(ppo_config(), 2, 100)) == (150, 7)
+    # --max_steps counts rollouts, over --total_episodes and the epochs
+    sizes = ppo_sizes(ppo_config(max_steps=5, total_episodes=50), processes=1, num_prompts=100)
+    assert (sizes.batch_size, sizes.total_episodes, sizes.num_total_batches) == (12, 60, 5)
+
+
+def test_ppo_sizes_leave_the_config_as_it_was():
+    config = ppo_config(total_episodes=None)
+    before = dict(vars(config))
+    ppo_sizes(config, processes=2, num_prompts=10)
+    assert vars(config) == before

@@ -185,18 +185,39 @@ def test_a_rollout_takes_one_optimizer_step_per_mini_batch_and_ppo_epoch(tiny_mo
                        gradient_accumulation_steps=accumulation, num_mini_batches=mini_batches,
                        num_ppo_epochs=epochs, total_episodes=8)
     rollout = per_device * accumulation * mini_batches  # prompts, in the one process
-    assert trainer.args.batch_size == rollout
+    assert trainer.sizes.batch_size == rollout
     steps = [epochs * mini_batches] * (8 // rollout)
     assert optimizer_steps_per_rollout(trainer) == {"policy": steps, "value model": steps}
 
 
 def test_a_run_started_at_its_last_batch_trains_nothing_and_keeps_its_counters(hooks):
-    total = hooks.args.num_total_batches
+    total = hooks.sizes.num_total_batches
     assert total == 2  # 4 episodes, 2 per batch
     hooks.start_at_batch(total)  # as if resumed after the last batch: train() must run none and keep the counters
     hooks.train()
-    assert hooks.completions == [], "train() ran batches past args.num_total_batches"
+    assert hooks.completions == [], "train() ran batches past sizes.num_total_batches"
     assert (hooks.state.global_step, hooks.state.episode, hooks.state.max_steps) == (2, 4, 2)
+
+
+def test_the_trainer_holds_its_sizes_and_leaves_its_config_as_built(tiny_models, tmp_path):
+    trainer = tiny_ppo(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=None, num_train_epochs=2)
+    assert trainer.args.total_episodes is None  # --num_train_epochs decides: 2 passes over 4 prompts
+    assert (trainer.sizes.batch_size, trainer.sizes.total_episodes, trainer.sizes.num_total_batches) == (2, 8, 4)
+    assert not any(hasattr(trainer.args, name) for name in ("local_batch_size", "local_mini_batch_size",
+                                                            "num_total_batches", "batch_size"))
+
+
+def test_the_ratios_variance_is_logged_where_there_are_several_ratios_and_never_as_nan(tiny_models, tmp_path):
+    import math
+
+    logged = {}
+    for epochs in (1, 2):  # one mini-batch of one micro-batch: one ratio per rollout, then two
+        trainer = tiny_ppo(tiny_models, tmp_path / str(epochs), per_device_train_batch_size=2, num_ppo_epochs=epochs)
+        trainer.train()
+        logged[epochs] = [log for log in trainer.state.log_history if "objective/kl" in log]
+    assert all("val/ratio_var" not in log for log in logged[1])  # the variance of one value: not logged
+    assert all(math.isfinite(value) for log in logged[1] for value in log.values() if isinstance(value, float))
+    assert all(math.isfinite(log["val/ratio_var"]) for log in logged[2])
 
 
 def test_max_steps_trains_that_many_rollouts(tiny_models, tmp_path):
@@ -424,17 +445,17 @@ def test_advantages_are_gaes_scaled_to_mean_0_and_variance_1_only_when_whitened(
     rollout's scaled to mean 0 and variance 1."""
     import torch
 
-    import rlhf.ppo.trainer as ppo_trainer
+    import rlhf.ppo.rollout as ppo_rollout
 
     hooks.reward_model = _Scores(equal=False)
     hooks.args.whiten_advantages = whiten
-    seen, real_gae, real_advantages = [], ppo_trainer.gae, hooks._advantages
+    seen, real_gae, real_advantages = [], ppo_rollout.gae, hooks._advantages
 
     def advantages(rollout):
         real_advantages(rollout)
         seen.append(rollout)
 
-    monkeypatch.setattr(ppo_trainer, "gae", lambda *args: seen.append(real_gae(*args)) or seen[-1])
+    monkeypatch.setattr(ppo_rollout, "gae", lambda *args: seen.append(real_gae(*args)) or seen[-1])
     monkeypatch.setattr(hooks, "_advantages", advantages)
     hooks.train()
     (gae_advantages, _), rollout = seen[0], seen[1]
@@ -725,7 +746,7 @@ def test_only_one_process_without_accumulation_steps_the_models_apart(tiny_model
 def test_trim_heap_gives_the_pages_of_freed_cpu_tensors_back():
     import torch
 
-    from rlhf.ppo.trainer import _malloc_trim, trim_heap
+    from rlhf.ppo.rollout import _malloc_trim, trim_heap
 
     if _malloc_trim() is None:
         pytest.skip("a C library without malloc_trim (not glibc)")
@@ -754,12 +775,12 @@ def windows_cdll(name):  # Windows: CDLL needs a library's name
 def test_trim_heap_does_nothing_where_the_c_library_has_no_malloc_trim(monkeypatch, cdll):
     import ctypes
 
-    from rlhf.ppo import trainer
+    from rlhf.ppo import rollout
 
     monkeypatch.setattr(ctypes, "CDLL", cdll)
-    trainer._malloc_trim.cache_clear()
+    rollout._malloc_trim.cache_clear()
     try:
-        assert trainer._malloc_trim() is None
-        trainer.trim_heap()  # no AttributeError
+        assert rollout._malloc_trim() is None
+        rollout.trim_heap()  # no AttributeError
     finally:
-        trainer._malloc_trim.cache_clear()
+        rollout._malloc_trim.cache_clear()

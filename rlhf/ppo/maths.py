@@ -24,7 +24,8 @@ losses, entropy, each unit-tested on values worked out by hand (tests/test_ppo.p
 import copy
 
 import torch
-from trl.trainer.utils import pad
+
+from rlhf.trl_compat import pad
 
 # ---- The maths, as pure functions ----
 

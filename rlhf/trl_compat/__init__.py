@@ -1,13 +1,15 @@
 """Everything this package assumes about TRL's and transformers' internals, in one place.
 
-PPO is not here: it is the package's own code (`rlhf/ppo/trainer.py`, copied from TRL 1.12, which TRL 1.13 removed).
+PPO's trainer is not here: it is the package's own code (`rlhf/ppo/`, copied from TRL 1.12, which TRL 1.13 removed);
+the TRL helpers it still uses are (`_WHERE`).
 Moving GRPO and the reward model to another TRL release should be a change to this package alone (CONTRIBUTING.md,
 "Moving TRL", says which test checks what). Three kinds of thing live here:
 
-Import shims (`_WHERE`): each TRL name the package uses, and the module it lives in under the releases of
-`TRL_VERSIONS`, loaded on first use (PEP 562) so that scripts that only parse flags (plotting, --help) start in a
-second; with `check_trl_version()`, which refuses a TRL outside those releases in one line, and the filters for
-notices every run would print (warnings; DeepSpeed's log of its guess of the CPU).
+Import shims (`_WHERE`): each TRL name the package uses, and each of transformers' internals (outside its documented
+API), with the module it lives in under the releases of `TRL_VERSIONS` (and the transformers named there), loaded on
+first use (PEP 562) so that scripts that only parse flags (plotting, --help) start in a second; with
+`check_trl_version()`, which refuses a TRL outside those releases in one line, and the filters for notices every run
+would print (warnings; DeepSpeed's log of its guess of the CPU).
 
 Fixes of TRL or transformers behaviour, each named for what it fixes and citing what goes wrong without it:
 - `rlhf/trl_compat/grpo.py`: `ResumableGeneration` (a mixin for TRL's online trainers, GRPO's and RLOO's) and
@@ -86,15 +88,35 @@ _silence_known_warnings()
 from transformers import TrainerCallback  # noqa: E402
 from trl import TrlParser  # noqa: E402 (after the filters: importing TRL can warn)
 
-# Where each name lives: TRL's top level, or our fix of it.
+# Where each name lives: TRL's, transformers' (where not in its documented API) or our fix of it. Every module of the
+# package takes these names from here; `test_every_name_the_package_takes_from_a_library_is_where_we_say` loads each.
 _WHERE = {
+    # TRL's trainers and configs (TRL 1.16.0)
     "GRPOConfig": "trl",
     "GRPOTrainer": "trl",
+    "ModelConfig": "trl",
+    "RewardConfig": "trl",
+    "RewardTrainer": "trl",
+    "ScriptArguments": "trl",
+    "get_peft_config": "trl",
+    "get_quantization_config": "trl",
+    # TRL's helpers that every TRL trainer uses, for the package's PPO (rlhf/ppo; TRL 1.12.0 to 1.16.0)
+    "disable_dropout_in_model": "trl.trainer.utils",
+    "generate_model_card": "trl.trainer.utils",
+    "pad": "trl.trainer.utils",
+    "prepare_deepspeed": "trl.models.utils",
+    "unwrap_model_for_generation": "trl.models.utils",
+    # transformers' internals, outside its documented API (transformers 5.23.0): PPO's checkpoints and optimizer,
+    # the random states of a checkpoint, the --report_to integrations
+    "ExportableState": "transformers.trainer_callback",
+    "integration_utils": "transformers.integrations.integration_utils",  # the module
+    "is_optimizer_factory": "transformers.trainer_optimizer",
+    "rotate_checkpoints": "transformers.trainer_utils",
+    "set_rng_state_for_device": "transformers.trainer_pt_utils",
+    # Our fixes of TRL
     "ResumableGRPOTrainer": "rlhf.trl_compat.grpo",
     "ResumableGeneration": "rlhf.trl_compat.grpo",
     "add_reward_func": "rlhf.trl_compat.grpo",
-    "RewardConfig": "trl",
-    "RewardTrainer": "trl",
 }
 
 __all__ = ["TRL_VERSIONS", "NoStepPastTheEnd", "ReachedTheEnd", "ScheduleFromResumedStep", "TrlParser",
@@ -109,7 +131,7 @@ def __getattr__(name):
     except ImportError:
         check_trl_version()  # another release, where a name moved: say which release is needed
         raise
-    return getattr(module, name)
+    return module if _WHERE[name].rpartition(".")[2] == name else getattr(module, name)
 
 
 def close_progress_bar(trainer):
