@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from transformers import TrainingArguments
-from trl import ModelConfig, ScriptArguments
 
-from rlhf.batches import GROUP_WHY, at_least
+from rlhf.batches import at_least, grpo_flags, ppo_flags
 from rlhf.models import DEFAULT_LORA_TARGETS
-from rlhf.trl_compat import GRPOConfig, RewardConfig
+from rlhf.trl_compat import GRPOConfig, ModelConfig, RewardConfig, ScriptArguments
 
 
 @dataclass
@@ -337,6 +336,17 @@ def check_sampling(config):
         raise ValueError(f"--top_p must be in (0, 1], got {config.top_p}.")
 
 
+def apply_batch_flags(config, translate):
+    """Set `config`'s batch in TRL's terms, as the parser settles it from the same flags (`translate`:
+    `rlhf.batches.grpo_flags` or `ppo_flags`), for the launch's process count (as TRL's configs derive their batches
+    from `world_size`). Silent: the parser says each change in a `note:` line. Settled flags stay as they are."""
+    from rlhf.processes import launched_processes
+
+    changes, _ = translate(config, launched_processes())
+    for name, value, _ in changes:
+        setattr(config, name, value)
+
+
 def check_missing_eos_penalty(config):
     """GRPO's and PPO's --missing_eos_penalty is subtracted from a cut-off completion's reward: a negative one would
     pay running past the length limit, an infinite one make a cut-off completion's reward infinite."""
@@ -448,8 +458,9 @@ class GRPOTrainingConfig(GRPOConfig):
 
     Batch semantics: TRL counts *completions*, not prompts. `per_device_train_batch_size` is how many
     completions go through one forward/backward pass on one device. One optimizer step sees
-    `prompts_per_step * num_generations` completions; `gradient_accumulation_steps` is derived from that, while
-    parsing (`rlhf.batches.grpo_flags`). Built in code, it takes TRL's batch flags as they are.
+    `prompts_per_step * num_generations` completions; `gradient_accumulation_steps` is derived from that
+    (`rlhf.batches.grpo_flags`, in `__post_init__`, before TRL derives its generation batch: built in code, a config
+    means what the same flags mean).
     """
 
     _argument_group_name = "Training (TRL's GRPOConfig and transformers' TrainingArguments)"
@@ -596,10 +607,8 @@ class GRPOTrainingConfig(GRPOConfig):
         if self.target_kl is not None and self.beta == 0:
             raise ValueError("--target_kl adapts --beta, which is 0 here (no reference model, no KL to measure); "
                              "give --beta > 0 (e.g. 0.04) or drop --target_kl.")
-        at_least(self, 0, "prompts_per_step")
-        at_least(self, 2, "num_generations", why=GROUP_WHY)
-        at_least(self, 1, "per_device_train_batch_size", "batch_size", "prompts_per_generation")
-        if self.gradient_accumulation_steps is None:  # where --prompts_per_step derived none: TrainingArguments' 1
+        apply_batch_flags(self, grpo_flags)
+        if self.gradient_accumulation_steps is None:  # TRL's batch flags as they are, without it: TrainingArguments' 1
             self.gradient_accumulation_steps = 1
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}.")
@@ -807,14 +816,9 @@ class PPOTrainingConfig(TrainingArguments):
         default=True,
         metadata={"help": "DeepSpeed ZeRO-3: gather the policy's weights for generation (faster; off: less memory)."},
     )
-    # TRL's name of a field given above under the name every script shares: set from it, not a flag itself.
+    # TRL's name of a field given above under the name every script shares: set from it, not a flag itself. (The
+    # sizes TRL's PPOTrainer computed and wrote onto its config, the trainer holds: `rlhf.batches.ppo_sizes`.)
     response_length: int = field(default=256, init=False)
-    # Computed by the trainer from the batch flags (TRL's took them as flags and overwrote them unsaid).
-    world_size: int | None = field(default=None, init=False)  # processes
-    num_total_batches: int | None = field(default=None, init=False)  # rollouts
-    local_batch_size: int | None = field(default=None, init=False)  # prompts per rollout, per process
-    batch_size: int | None = field(default=None, init=False)  # prompts per rollout, over all processes
-    local_mini_batch_size: int | None = field(default=None, init=False)  # prompts per optimizer step, per process
 
     def __post_init__(self):
         self.response_length = self.max_completion_length  # what TRL's PPOTrainer generates to
@@ -847,9 +851,7 @@ class PPOTrainingConfig(TrainingArguments):
         if self.stop_token and self.stop_token_id is not None:
             raise ValueError(f"--stop_token {self.stop_token} and --stop_token_id {self.stop_token_id} both set where "
                              "completions end; give one (--stop_token none --stop_token_id ID)")
-        at_least(self, 1, "prompts_per_rollout")
-        if self.num_mini_batches is None:  # where --prompts_per_rollout derived none (while parsing): TRL's 1
-            self.num_mini_batches = 1
+        apply_batch_flags(self, ppo_flags)
         check_held_out(self)
         check_training_run(self)
         super().__post_init__()

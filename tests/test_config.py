@@ -1,12 +1,20 @@
 import pytest
 
-from config import GRPOTrainingConfig, ModelArguments, PPOTrainingConfig, PromptDataArguments, RewardArguments
+from config import (
+    GRPOTrainingConfig,
+    ModelArguments,
+    PPOModelArguments,
+    PPOTrainingConfig,
+    PromptDataArguments,
+    RewardArguments,
+)
 from rlhf import engines
 from rlhf.batches import GROUP_WHY
 from rlhf.cli import UserError, parse_args
 from rlhf.models import reward_model_dtype
 
 GRPO_TYPES = (ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig)
+PPO_TYPES = (PPOModelArguments, PromptDataArguments, PPOTrainingConfig)
 
 
 def parse(*args):
@@ -504,7 +512,7 @@ def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models,
 
     from trl.scripts.grpo import make_parser
 
-    from conftest import assert_ok, run_script
+    from conftest import assert_ok, run_in_process
 
     path = tmp_path / "trl_grpo.yaml"
     config = trl_grpo_yaml(tiny_models, path, tmp_path / "out")
@@ -513,7 +521,7 @@ def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models,
     assert (script_args.reward_model_name_or_path, model_args.use_peft, training_args.max_steps) == (
         config["reward_model_name_or_path"], True, 2)
 
-    result = run_script("train_grpo.py", "--config", path)
+    result = run_in_process("train_grpo.py", "--config", path)
     assert_ok(result)
     adapter = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
     assert (adapter["r"], adapter["lora_alpha"], sorted(adapter["target_modules"])) == (8, 16, ["q_proj", "v_proj"])
@@ -623,8 +631,9 @@ def test_trl_model_and_data_fields_this_package_does_not_implement_are_refused_n
     assert "attn_implementation" not in trained_model_kwargs(parse()[0])
 
 
-def test_building_each_config_reads_no_launch_machine_or_package_and_prints_nothing(monkeypatch, capsys):
-    """config.py declares and checks; the parser settles the rest (`rlhf.cli._settle`, `rlhf.engines`)."""
+def test_building_each_config_reads_no_machine_or_package_and_prints_nothing(monkeypatch, capsys):
+    """config.py declares, checks and translates its own batch flags; the parser settles the rest (`rlhf.cli._settle`,
+    `rlhf.engines`). Of the launch a config reads its process count alone, as TRL's configs read `world_size`."""
     import ast
     import inspect
 
@@ -634,28 +643,91 @@ def test_building_each_config_reads_no_launch_machine_or_package_and_prints_noth
     from rlhf import processes
 
     def refuse(*args):
-        raise AssertionError("a config read the launch, the machine or the installed packages")
+        raise AssertionError("a config read the machine, the installed packages or the launch beyond its processes")
 
-    for name in ("launched_processes", "process_index", "cuda_available", "on_gpu"):
+    for name in ("process_index", "cuda_available", "on_gpu", "launched_engine"):
         monkeypatch.setattr(processes, name, refuse)
+    monkeypatch.setattr(processes, "launched_processes", lambda: 1)  # one process, as TRL's world_size here
     monkeypatch.setattr(engines, "_bf16_available", refuse)
     monkeypatch.setattr(integrations, "get_available_reporting_integrations", refuse)
     imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(config)))
                 if isinstance(node, ast.ImportFrom)}
-    assert not imported & {"rlhf.cli", "rlhf.processes", "rlhf.engines"}
-    # Values the configs once translated or said a note about: here they are kept as given, unsaid.
+    assert not imported & {"rlhf.cli", "rlhf.engines"}
+    # Values the parser says a note about: here they are translated as the same flags are, unsaid.
     built = [
         config.ModelArguments(lora_r=8), config.PPOModelArguments(), config.PromptDataArguments(),
         config.PreferenceDataArguments(), config.RewardArguments(reward_funcs=["boxed_format"]),
         config.EvalArguments(), config.RewardTrainingConfig(report_to="wandb"),
         config.GRPOTrainingConfig(gradient_accumulation_steps=4, eval_prompts=4, save_total_limit=1),
-        config.PPOTrainingConfig(prompts_per_rollout=8, eval_prompts=4, save_total_limit=1),
+        config.PPOTrainingConfig(prompts_per_rollout=8, per_device_train_batch_size=2, eval_prompts=4,
+                                 save_total_limit=1),
     ]
     assert capsys.readouterr().out == ""
     grpo, ppo = built[-2], built[-1]
-    assert (grpo.prompts_per_step, grpo.per_device_train_batch_size, grpo.gradient_accumulation_steps) == (None, 16, 4)
+    # TRL's batch flags given: used as they are (prompts_per_step 0)
+    assert (grpo.prompts_per_step, grpo.per_device_train_batch_size, grpo.gradient_accumulation_steps) == (0, 16, 4)
     assert grpo.generation_batch_size == 64  # TRL's own derivation: 16 x 4 completions
-    assert (ppo.num_mini_batches, grpo.save_total_limit, grpo.eval_steps) == (1, 1, 50)  # TRL's 1; eval_steps follows
+    assert (ppo.num_mini_batches, grpo.save_total_limit, grpo.eval_steps) == (4, 1, 50)  # 8 prompts / 2 per step
+
+
+# Flags and the same values given to the config in code: each config must mean the same thing both ways.
+SAME_BOTH_WAYS = {
+    "grpo prompts_per_step": (GRPOTrainingConfig, {"prompts_per_step": 8, "num_generations": 4,
+                                                   "per_device_train_batch_size": 8}),
+    "grpo a hand-written batch_size": (GRPOTrainingConfig, {"batch_size": 2, "num_generations": 4}),
+    "grpo prompts_per_generation": (GRPOTrainingConfig, {"prompts_per_step": 4, "prompts_per_generation": 16}),
+    "grpo TRL's flags": (GRPOTrainingConfig, {"gradient_accumulation_steps": 2, "per_device_train_batch_size": 8}),
+    "grpo defaults": (GRPOTrainingConfig, {}),
+    "ppo prompts_per_rollout": (PPOTrainingConfig, {"prompts_per_rollout": 8, "per_device_train_batch_size": 2}),
+    "ppo max_steps": (PPOTrainingConfig, {"max_steps": 3, "prompts_per_rollout": 8, "per_device_train_batch_size": 4}),
+    "ppo total_episodes rounded": (PPOTrainingConfig, {"total_episodes": 10, "prompts_per_rollout": 4,
+                                                       "per_device_train_batch_size": 2}),
+    "ppo TRL's num_mini_batches": (PPOTrainingConfig, {"num_mini_batches": 2, "per_device_train_batch_size": 2}),
+}
+BATCH_FIELDS = ("prompts_per_step", "batch_size", "prompts_per_generation", "per_device_train_batch_size",
+                "gradient_accumulation_steps", "generation_batch_size", "steps_per_generation", "prompts_per_rollout",
+                "num_mini_batches", "total_episodes")
+
+
+@pytest.mark.parametrize("case", SAME_BOTH_WAYS)
+def test_a_config_built_in_code_means_what_the_same_flags_mean(case, tmp_path, monkeypatch):
+    """GRPOTrainingConfig(prompts_per_step=8, num_generations=4, per_device_train_batch_size=8) among them: 4 passes
+    accumulated and 32 completions generated at once, as the flags give (on a CPU: a GPU's default generation sizes
+    are the parser's, `rlhf.engines.resolve_machine`)."""
+    from rlhf import processes
+
+    monkeypatch.setattr(processes, "on_gpu", lambda use_cpu=False: False)
+    config_type, values = SAME_BOTH_WAYS[case]
+    types = GRPO_TYPES if config_type is GRPOTrainingConfig else PPO_TYPES
+    flags = [item for name, value in values.items() for item in (f"--{name}", str(value))]
+    common = {"output_dir": str(tmp_path), "report_to": ["tensorboard"]}
+    parsed = parse_args(types, flags + ["--output_dir", str(tmp_path)])[-1]
+    built = config_type(**common, **values)
+    assert {name: getattr(built, name, None) for name in BATCH_FIELDS} == \
+        {name: getattr(parsed, name, None) for name in BATCH_FIELDS}
+    if case == "grpo prompts_per_step":
+        assert (built.gradient_accumulation_steps, built.generation_batch_size) == (4, 32)
+
+
+def test_translating_settled_batch_flags_again_changes_nothing():
+    """The parser settles the batch flags (`rlhf.cli._settle`), then builds the config, whose `__post_init__`
+    translates them again: a no-op."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from rlhf.batches import grpo_flags, ppo_flags
+
+    for config_type, translate, given in (
+            (GRPOTrainingConfig, grpo_flags, {"prompts_per_step": 8, "per_device_train_batch_size": 8}),
+            (GRPOTrainingConfig, grpo_flags, {"batch_size": 2, "gradient_accumulation_steps": 2}),
+            (PPOTrainingConfig, ppo_flags, {"prompts_per_rollout": 8, "total_episodes": 10})):
+        defaults = {f.name: f.default for f in dataclasses.fields(config_type) if f.default is not dataclasses.MISSING}
+        flags = SimpleNamespace(**{**defaults, **given})
+        changes, _ = translate(flags, 2)
+        for name, value, _ in changes:
+            setattr(flags, name, value)
+        again, _ = translate(flags, 2)
+        assert [change for change in again if getattr(flags, change[0]) != change[1]] == []
 
 
 def test_each_field_is_declared_once_among_a_configs_own_classes():
