@@ -111,3 +111,18 @@ def test_the_lower_layers_never_import_a_runs_lifecycle():
     upward = {module: sorted(deps & lifecycle - lifecycle_allowed(module, lifecycle))
               for module, deps in graph.items() if deps & lifecycle - lifecycle_allowed(module, lifecycle)}
     assert upward == {}, f"these import the run's lifecycle from below it: {upward}"
+
+
+COMPAT = "rlhf.trl_compat"
+
+
+def test_the_compat_layer_takes_nothing_from_the_package_above_it_but_its_leaves():
+    """rlhf/trl_compat/ is the floor under the package (scripts -> rlhf/ -> compat -> TRL): it may use a module of the
+    package only where that module imports no other (`errors`, the KL controller's maths), never rewards, data or a
+    run's life."""
+    graph = import_graph()
+    leaves = {module for module, deps in graph.items() if not deps}
+    upward = {module: sorted(dep for dep in deps if not dep.startswith(COMPAT) and dep not in leaves)
+              for module, deps in graph.items() if module.startswith(COMPAT)}
+    assert {module: deps for module, deps in upward.items() if deps} == {}, (
+        "these compat modules import the package above them")

@@ -449,3 +449,24 @@ def test_dynamic_sampling_reads_trls_gathered_rewards_scored_batch_and_zero_std_
     assert all(abs(advantage) > 0.1 for batch in trainer._buffered_inputs for advantage in batch["advantages"])
     rounds = [log["dynamic_sampling/rounds"] for log in trainer.state.log_history if "dynamic_sampling/rounds" in log]
     assert len(rounds) == 2 and max(rounds) > 1
+
+
+def test_dynamic_sampling_leaves_out_the_penalty_under_the_name_the_rewards_give_it():
+    from rlhf.rewards.functions import MISSING_EOS_PENALTY
+    from rlhf.trl_compat import dynamic_sampling
+
+    assert dynamic_sampling.MISSING_EOS_PENALTY == MISSING_EOS_PENALTY
+
+
+def test_every_name_the_package_takes_from_a_library_is_where_we_say():
+    """Each name of `_WHERE` (TRL's, transformers' internals, our fixes) loads from the module named, under the
+    releases pinned: after an upgrade, the name that moved is named here."""
+    import rlhf.trl_compat as compat
+
+    missing = []
+    for name, module in compat._WHERE.items():
+        try:
+            getattr(compat, name)
+        except (AttributeError, ImportError) as error:
+            missing.append(f"{name} from {module}: {error}")
+    assert missing == [], f"moved in this TRL / transformers release: {missing}"

@@ -21,7 +21,9 @@ process and again on resume, so nothing about them is saved; TRL's data order (e
 
 import random
 
-from rlhf.rewards.functions import MISSING_EOS_PENALTY
+# The name TRL logs --missing_eos_penalty's reward function under (`rlhf.rewards.functions.MISSING_EOS_PENALTY`, which
+# tests/test_trl_compat.py checks is this): written here, as compat imports nothing from the package above it.
+MISSING_EOS_PENALTY = "missing_eos_penalty"
 
 # How TRL 1.16 pads each tensor of a scored batch (grpo_trainer.py 2437-2485): the side and the value (None: the pad
 # token). Rows of several rounds are padded to the widest round's width the same way. Prompts are left-padded: the
