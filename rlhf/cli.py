@@ -38,7 +38,8 @@ HELP_GROUPS = {
                              "use_dynamic_sampling", "dynamic_sampling_max_gen_batches", "dynamic_sampling_tolerance"),
     "Optimization": ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_train_epochs", "max_steps",
                      "total_episodes", "beta", "epsilon", "num_ppo_epochs", "kl_coef", "target_kl", "kl_horizon",
-                     "gamma", "lam", "cliprange", "bf16", "tf32", "gradient_checkpointing", "seed"),
+                     "gamma", "lam", "value_lam", "critic_warmup", "cliprange", "bf16", "tf32",
+                     "gradient_checkpointing", "seed"),
     "Held-out evaluation": ("eval_prompts", "eval_steps", "eval_completions", "eval_dataset_name"),
     "Output": ("output_dir", "output_file", "log_dir", "output", "csv", "smoothing", "extra", "logging_steps",
                "save_steps", "save_total_limit", "report_to", "resume_from_checkpoint"),
@@ -50,7 +51,13 @@ UNSUPPORTED_KEYS = {
                 "dataset_train_split)",
 }
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the usage examples of a script's docstring as written, and shows each flag's default."""
+    """Keeps the usage examples of a script's docstring as written, and shows each flag's default (once: a help that
+    says its own, "Default: ...", one derived from other flags, gets no "(default: None)" after it)."""
+
+    def _get_help_string(self, action):
+        if "Default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 class Parser:
@@ -97,8 +104,8 @@ class Parser:
         try:
             self.parser.set_defaults_with_config(**config)
             values, unused = self.parser.parse_known_args(args)
-            if unused:
-                raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {unused}")
+            if unused:  # unknown flags were refused above: what is left are values that follow no flag
+                raise UserError(_stray_values_line(unused))
             machine_notes = self._machine(values)
             notes = _settle(values) + machine_notes
             configs = self.parser.parse_dict(vars(values))  # each config checks its own fields (raises ValueError)
@@ -280,6 +287,13 @@ def parse_args(dataclass_types, args=None, description=None):
     `__post_init__` become `UserError`s. YAML keys, like flags, may be written with `-` or `_`.
     """
     return Parser(dataclass_types, description).parse(sys.argv[1:] if args is None else args)
+
+
+def _stray_values_line(values):
+    """The error line of values given without a flag (`python train_grpo.py foo`): the scripts take flags only."""
+    listed = ", ".join(repr(value) for value in values)
+    return (f"unexpected argument{'s' * (len(values) > 1)} {listed}: these scripts take no positional arguments; give "
+            f"each value after the flag it sets (--name {values[0]}), or quote a value that holds spaces; see --help")
 
 
 def _describe_negations(parser):

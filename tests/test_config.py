@@ -110,6 +110,29 @@ def test_help_lists_the_package_flags_first_in_groups_then_every_flag_by_argumen
     assert groups == sorted(groups)
 
 
+def test_ppos_help_names_its_critic_flags_first_and_a_derived_default_once():
+    import re
+
+    from rlhf.cli import SUMMARY_TITLE, Parser
+
+    text = Parser(PPO_TYPES).parser.format_help()
+    summary = text[text.index(SUMMARY_TITLE):text.index("\noptions:\n")]
+    assert "--critic_warmup" in summary and "--value_lam" in summary
+    entry = " ".join(re.search(r"\n  --value_lam VALUE_LAM.*?\n(.*?)\n  --", text, re.DOTALL).group(1).split())
+    assert entry.endswith("Default: --lam.") and "(default: None)" not in entry, entry
+    assert "(default: 0.95)" in text  # a plain default is still shown (--lam)
+
+
+@pytest.mark.parametrize("args, values", [(["foo"], "argument 'foo'"),
+                                          (["--max_steps", "2", "foo", "bar"], "arguments 'foo', 'bar'")])
+def test_a_value_without_a_flag_is_one_line_naming_it_and_the_fix(args, values):
+    with pytest.raises(UserError) as refused:
+        parse(*args)
+    message = str(refused.value)
+    assert message.startswith(f"unexpected {values}: these scripts take no positional arguments")
+    assert "give each value after the flag it sets" in message and "HfArgumentParser" not in message
+
+
 def test_help_says_a_negated_flag_turns_its_option_off(tmp_path):
     import re
 
