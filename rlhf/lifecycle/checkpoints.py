@@ -89,7 +89,8 @@ def load_rng_state(checkpoint, process_index, processes):
 
     import numpy as np
     import torch
-    from transformers.trainer_pt_utils import safe_globals, set_rng_state_for_device
+
+    from rlhf.trl_compat import safe_globals, set_rng_state_for_device  # transformers' internals
 
     path = Path(checkpoint) / rng_state_file(process_index, processes)
     if not path.is_file():

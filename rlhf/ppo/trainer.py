@@ -519,7 +519,7 @@ def create_optimizer(model, args):
     """The optimizer `--optim` names (transformers' `Trainer.get_optimizer_cls_and_kwargs`: its learning rate, betas,
     epsilon and `--optim_args`) over `model`'s trained weights, with `--weight_decay` on all but biases and norms.
     Refused in one line: an optimizer that needs transformers' own training step or the model itself."""
-    from transformers.trainer_pt_utils import get_parameter_names
+    from rlhf.trl_compat import get_parameter_names
 
     optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
     if is_optimizer_factory(optimizer_cls) or {"params", "model", "optimizer_dict"} & kwargs.keys():

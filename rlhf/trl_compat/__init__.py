@@ -109,9 +109,11 @@ _WHERE = {
     # transformers' internals, outside its documented API (transformers 5.23.0): PPO's checkpoints and optimizer,
     # the random states of a checkpoint, the --report_to integrations
     "ExportableState": "transformers.trainer_callback",
+    "get_parameter_names": "transformers.trainer_pt_utils",
     "integration_utils": "transformers.integrations.integration_utils",  # the module
     "is_optimizer_factory": "transformers.trainer_optimizer",
     "rotate_checkpoints": "transformers.trainer_utils",
+    "safe_globals": "transformers.trainer_pt_utils",
     "set_rng_state_for_device": "transformers.trainer_pt_utils",
     # Our fixes of TRL
     "ResumableGRPOTrainer": "rlhf.trl_compat.grpo",
