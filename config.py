@@ -301,6 +301,29 @@ def shared(name):
     return field(**SHARED_FIELDS[name])
 
 
+# The fields every training config takes from `SHARED_FIELDS` (the run's precision, reporting and checkpoints), and
+# those of the held-out evaluation (GRPO and PPO), with their types: listed once, given by `with_shared`.
+RUN_FIELDS = {"bf16": bool, "tf32": bool | None, "report_to": None | str | list[str], "save_total_limit": int | None,
+              "logging_nan_inf_filter": bool}
+HELD_OUT_FIELDS = {"eval_steps": float | None, "eval_prompts": int, "eval_completions": int,
+                   "eval_dataset_name": str | None}
+
+
+def with_shared(*groups):
+    """Declare the fields of `groups` ({name: type}, each an entry of `SHARED_FIELDS`) in the decorated class, first
+    among its own, as if written there with `shared(name)`. Apply it under `@dataclass`."""
+
+    def declare(cls):
+        names = {name: kind for group in groups for name, kind in group.items()}
+        cls.__annotations__ = {**names, **{k: v for k, v in cls.__dict__.get("__annotations__", {}).items()
+                                           if k not in names}}
+        for name in names:
+            setattr(cls, name, shared(name))
+        return cls
+
+    return declare
+
+
 @dataclass
 class RewardArguments:
     """What scores completions: the frozen reward model, rule-based rewards, your own functions."""
@@ -453,6 +476,7 @@ class EvalArguments(PromptFormat, Sampling, DatasetSource):
 
 
 @dataclass
+@with_shared(RUN_FIELDS, HELD_OUT_FIELDS)
 class GRPOTrainingConfig(GRPOConfig):
     """TRL's `GRPOConfig` with this package's defaults, plus `prompts_per_step` and `prompts_per_generation`.
 
@@ -465,15 +489,6 @@ class GRPOTrainingConfig(GRPOConfig):
 
     _argument_group_name = "Training (TRL's GRPOConfig and transformers' TrainingArguments)"
 
-    bf16: bool = shared("bf16")
-    tf32: bool | None = shared("tf32")
-    report_to: None | str | list[str] = shared("report_to")
-    save_total_limit: int | None = shared("save_total_limit")
-    logging_nan_inf_filter: bool = shared("logging_nan_inf_filter")
-    eval_steps: float | None = shared("eval_steps")
-    eval_prompts: int = shared("eval_prompts")
-    eval_completions: int = shared("eval_completions")
-    eval_dataset_name: str | None = shared("eval_dataset_name")
     output_dir: str = field(
         default="./grpo_training_output",
         metadata={"help": "Where checkpoints, TensorBoard logs, the run manifest and the final model go."},
@@ -628,6 +643,7 @@ class PPOModelArguments(ModelArguments):
 
 
 @dataclass
+@with_shared(RUN_FIELDS, HELD_OUT_FIELDS)
 class PPOTrainingConfig(TrainingArguments):
     """What `rlhf.ppo.trainer.PPOTrainer` reads: TRL 1.12's `PPOConfig` (huggingface/trl, Apache-2.0, copied with its
     trainer when TRL 1.13 removed both), its fields declared here once with this package's defaults, on
@@ -641,15 +657,6 @@ class PPOTrainingConfig(TrainingArguments):
 
     _argument_group_name = "Training (PPO, TRL 1.12's PPOConfig, and transformers' TrainingArguments)"
 
-    bf16: bool = shared("bf16")
-    tf32: bool | None = shared("tf32")
-    report_to: None | str | list[str] = shared("report_to")
-    save_total_limit: int | None = shared("save_total_limit")
-    logging_nan_inf_filter: bool = shared("logging_nan_inf_filter")
-    eval_steps: float | None = shared("eval_steps")
-    eval_prompts: int = shared("eval_prompts")
-    eval_completions: int = shared("eval_completions")
-    eval_dataset_name: str | None = shared("eval_dataset_name")
     reward_model_name_or_path: str = shared("reward_model_name_or_path")
     reward_model_dtype: str = shared("reward_model_dtype")
     reward_funcs: list[str] = shared("reward_funcs")
@@ -860,16 +867,12 @@ class PPOTrainingConfig(TrainingArguments):
 
 
 @dataclass
+@with_shared(RUN_FIELDS)
 class RewardTrainingConfig(RewardConfig):
     """TRL's `RewardConfig` with this package's defaults."""
 
     _argument_group_name = "Training (TRL's RewardConfig and transformers' TrainingArguments)"
 
-    bf16: bool = shared("bf16")
-    tf32: bool | None = shared("tf32")
-    report_to: None | str | list[str] = shared("report_to")
-    save_total_limit: int | None = shared("save_total_limit")
-    logging_nan_inf_filter: bool = shared("logging_nan_inf_filter")
     output_dir: str = field(
         default="./reward_model_output",
         metadata={"help": "Where the reward model goes; train_grpo.py and train_ppo.py read it from here by default."},
