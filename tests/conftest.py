@@ -1,4 +1,5 @@
 import importlib
+import logging
 import os
 import subprocess
 import sys
@@ -110,11 +111,12 @@ def start_script(script, *args, processes=1):
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def run_in_process(script, *args, env=None):
+def run_in_process(script, *args, env=None, cwd=None):
     """Run a script's `cli()` inside this process, as `run_script` runs it in a new one: a CompletedProcess (exit
     code, stdout, stderr) of the same run, without the seconds a new process spends importing torch, transformers and
     TRL. Training runs here too, as TRL's tests train in-process; what a run changes in the process (environment
-    variables, signal handlers, accelerate's state) is put back after it. A bug's exception propagates to the test.
+    variables, working folder, signal handlers, `sys.path`, the users' reward modules it imported, accelerate's
+    state) is put back after it. A bug's exception propagates to the test.
     """
     import contextlib
     import io
@@ -122,10 +124,19 @@ def run_in_process(script, *args, env=None):
 
     module = importlib.import_module(Path(script).stem)
     args = [str(arg) for arg in args]
-    environ = dict(os.environ)
+    environ, folder, path, modules = dict(os.environ), os.getcwd(), list(sys.path), set(sys.modules)
     os.environ.update(env or {})
+    sys.path[:0] = [entry for entry in (env or {}).get("PYTHONPATH", "").split(os.pathsep) if entry]
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     out, err = io.StringIO(), io.StringIO()
+    # the log lines a script's `__main__` shows (its logging.basicConfig), into the captured stderr
+    log = logging.StreamHandler(err)
+    log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root, level = logging.getLogger(), logging.getLogger().level
+    root.addHandler(log)
+    root.setLevel(logging.INFO)
+    if cwd is not None:
+        os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -134,6 +145,13 @@ def run_in_process(script, *args, env=None):
             except SystemExit as stop:
                 code = 0 if stop.code is None else stop.code
     finally:
+        root.removeHandler(log)
+        root.setLevel(level)
+        os.chdir(folder)
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:  # a user's reward module (`my_rewards.py`): the next test's is another
+            if _outside_the_environment(getattr(sys.modules[name], "__file__", None)):
+                del sys.modules[name]
         os.environ.clear()
         os.environ.update(environ)
         for number, handler in handlers.items():
@@ -143,6 +161,15 @@ def run_in_process(script, *args, env=None):
 
             AcceleratorState._reset_state(reset_partial_state=True)
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def _outside_the_environment(file):
+    """Whether a module's file lies outside the installed packages and this repository (a test's own file)."""
+    if file is None:
+        return False
+    file = Path(file).resolve()
+    return not (file.is_relative_to(ROOT) or any(file.is_relative_to(Path(prefix).resolve())
+                                                 for prefix in {sys.prefix, sys.base_prefix}))
 
 
 @pytest.fixture

@@ -6,16 +6,17 @@ import json
 import pytest
 import torch
 
-from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, ppo_args, run_in_process, scalars
 from rlhf import tiny
 
 pytestmark = pytest.mark.slow
 
 
 def evaluate(models, output, *model_paths):
-    return run_script("evaluate_generations.py", "--model-path", *model_paths, "--reward_model_path",
-                      models["reward_model"], "--dataset_name", models["prompts"], "--train_samples", "20",
-                      "--num_prompts", "3", "--num_completions", "2", "--max_new_tokens", "8", "--output_file", output)
+    return run_in_process("evaluate_generations.py", "--model-path", *model_paths, "--reward_model_path",
+                          models["reward_model"], "--dataset_name", models["prompts"], "--train_samples", "20",
+                          "--num_prompts", "3", "--num_completions", "2", "--max_new_tokens", "8",
+                          "--output_file", output)
 
 
 def texts(report, index):
@@ -61,7 +62,7 @@ def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tin
     def args(max_steps, learning_rate="1e-2"):  # this high, it moves the adapter enough to change what is sampled
         return grpo_args(tiny_models, out, "--max_steps", max_steps, "--use-lora", "--learning_rate", learning_rate)
 
-    assert_ok(run_script("train_grpo.py", *args(2)))
+    assert_ok(run_in_process("train_grpo.py", *args(2)))
     assert (out / "adapter_config.json").exists() and not (out / "config.json").exists()
 
     # The adapter folder evaluates alone and next to its base; the adapter is applied, not ignored.
@@ -78,7 +79,7 @@ def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tin
     assert snapshot(out) == before
 
     # A higher --max_steps continues from the last checkpoint (optimizer and schedule included) to the new total.
-    result = run_script("train_grpo.py", *args(4))
+    result = run_in_process("train_grpo.py", *args(4))
     assert_ok(result)
     assert f"Resuming from {out / 'checkpoint-2'}" in result.stdout
     manifest = json.loads((out / "run_manifest.json").read_text())
@@ -96,17 +97,17 @@ def test_grpo_lora_run_is_evaluated_rerun_continued_and_seeds_a_followup_run(tin
 
     # The adapter folder as the model of a follow-up run: full fine-tuning from the adapter merged into its base.
     followup = tmp_path / "followup"
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, followup, "--max_steps", "1"),
-                         "--model_name_or_path", out))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, followup, "--max_steps", "1"),
+                             "--model_name_or_path", out))
     assert (followup / "start_model" / "config.json").exists() and (followup / "model.safetensors").exists()
 
 
 def test_ppo_lora_run_is_evaluated_and_continues_to_more_episodes(tiny_models, tmp_path):
     out = tmp_path / "ppo"
-    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--use_lora")))
+    assert_ok(run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--use_lora")))
     assert_ok(evaluate(tiny_models, tmp_path / "eval.json", out))
 
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8", "--use_lora"))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8", "--use_lora"))
     assert_ok(result)
     assert f"Resuming from {out / 'checkpoint-2'}" in result.stdout
     manifest = json.loads((out / "run_manifest.json").read_text())
@@ -118,10 +119,10 @@ def test_ppo_lora_run_is_evaluated_and_continues_to_more_episodes(tiny_models, t
 
 def test_resume_from_checkpoint_starts_a_new_folder_from_a_given_checkpoint(tiny_models, tmp_path, run_cli):
     first = tmp_path / "first"
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, first, "--max_steps", "4")))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, first, "--max_steps", "4")))
     branch = tmp_path / "branch"
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, branch, "--max_steps", "4"),
-                        "--resume_from_checkpoint", first / "checkpoint-2")
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, branch, "--max_steps", "4"),
+                            "--resume_from_checkpoint", first / "checkpoint-2")
     assert_ok(result)
     assert sorted(step for step, _ in scalars(branch)["train/kl"]) == [3, 4]  # steps 1-2 came from the checkpoint
     manifest = json.loads((branch / "run_manifest.json").read_text())
@@ -143,15 +144,15 @@ def test_small_preference_sets_still_report_accuracy_or_say_why_not(tiny_models,
               "--save_steps", "2", "--logging_steps", "1"]
     small = tiny.write_jsonl(tmp_path / "small.jsonl", tiny.orca_rows(12))
     out = tmp_path / "rm_small"
-    result = run_script("train_reward_model.py", *common, "--dataset_name", small, "--output_dir", out)
+    result = run_in_process("train_reward_model.py", *common, "--dataset_name", small, "--output_dir", out)
     assert_ok(result)
     assert "8 training pairs, 4 held out (a tenth of the 12 pairs" in result.stdout
     assert json.loads((out / "reward_accuracy.json").read_text())["num_pairs"] == 4
 
     # The finished reward model continues to a higher --max_steps too, at the rate of a 3-step schedule (one step
     # of warm-up, as --warmup_steps 0.05 gives): the new step trains.
-    result = run_script("train_reward_model.py", *common[:2], "--max_steps", "3", *common[4:],
-                        "--dataset_name", small, "--output_dir", out)
+    result = run_in_process("train_reward_model.py", *common[:2], "--max_steps", "3", *common[4:],
+                            "--dataset_name", small, "--output_dir", out)
     assert_ok(result)
     assert json.loads((out / "run_manifest.json").read_text())["global_step"] == 3
     assert_new_steps_follow_the_new_schedule(scalars(out)["train/learning_rate"], 3,
@@ -161,7 +162,7 @@ def test_small_preference_sets_still_report_accuracy_or_say_why_not(tiny_models,
 
     tiny_set = tiny.write_jsonl(tmp_path / "tiny.jsonl", tiny.orca_rows(6))
     out = tmp_path / "rm_tiny"
-    result = run_script("train_reward_model.py", *common, "--dataset_name", tiny_set, "--output_dir", out)
+    result = run_in_process("train_reward_model.py", *common, "--dataset_name", tiny_set, "--output_dir", out)
     assert_ok(result)
     assert "6 training pairs, none held out (only 6 pairs" in result.stdout
     assert not (out / "reward_accuracy.json").exists()

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, assert_ok, error_line, grpo_args, run_script, scalars
+from conftest import ROOT, assert_ok, error_line, grpo_args, run_in_process, run_script, scalars
 from rlhf import tiny
 
 
@@ -22,8 +22,8 @@ def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp
 
     out = tmp_path / "run"
     # 4 prompts generated together, trained on over 2 optimizer steps of 2 prompts each (the GPU default's shape).
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2",
-                                                    "--prompts_per_generation", "4"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2",
+                                                        "--prompts_per_generation", "4"))
     assert_ok(result)
     logged = scalars(out)
     assert [step for step, _ in logged["train/kl"]] == [1, 2]
@@ -45,7 +45,7 @@ def test_lora_run_saves_an_adapter_that_merges_into_a_full_model(tiny_models, tm
     from peft import AutoPeftModelForCausalLM
 
     out = tmp_path / "lora"
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2", "--use-lora"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2", "--use-lora"))
     assert_ok(result)
     assert (out / "adapter_config.json").exists() and not (out / "model.safetensors").exists()
     assert [step for step, _ in scalars(out)["train/kl"]] == [1, 2]
@@ -63,7 +63,7 @@ def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, t
     args = grpo_args(tiny_models, out, "--config", config, reward_model=tiny_models["other_reward_model"])
     args.remove("--output_dir")
     args.remove(out)
-    assert_ok(run_script("train_grpo.py", *args))
+    assert_ok(run_in_process("train_grpo.py", *args))
     manifest = json.loads((out / "run_manifest.json").read_text())
     assert manifest["config"]["GRPOTrainingConfig"]["learning_rate"] == 1e-5
     assert manifest["config"]["PromptDataArguments"]["max_samples"] == 8
@@ -74,7 +74,7 @@ def test_yaml_config_run_with_a_reward_model_of_another_tokenizer(tiny_models, t
 @pytest.mark.slow
 def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_models, tmp_path):
     full = tmp_path / "full"
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, full, "--max_steps", "4")))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, full, "--max_steps", "4")))
     # An interrupted run is what a crash after step 2 leaves: a checkpoint and no final model.
     interrupted = tmp_path / "interrupted"
     interrupted.mkdir()
@@ -83,7 +83,7 @@ def test_rerunning_an_interrupted_run_resumes_from_the_newest_checkpoint(tiny_mo
     # ... and a newer checkpoint cut short by a hard kill while it was written: no trainer_state.json yet.
     (interrupted / "checkpoint-3").mkdir()
     shutil.copy(full / "checkpoint-4" / "model.safetensors", interrupted / "checkpoint-3")
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, interrupted, "--max_steps", "4"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, interrupted, "--max_steps", "4"))
     assert_ok(result)
     assert "Resuming from" in result.stdout and "checkpoint-2" in result.stdout
     state = json.loads((interrupted / "checkpoint-4" / "trainer_state.json").read_text())
@@ -147,8 +147,8 @@ def test_fewer_prompts_than_one_generation_are_refused_in_one_line_before_anythi
 def test_prompts_left_over_from_whole_generations_are_said_in_one_line(tiny_models, tmp_path):
     # 32 prompts in generations of 12: TRL keeps 2 whole generations (24 prompts) of each epoch, 12 steps of 2 prompts.
     out = tmp_path / "run"
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--prompts_per_generation", "12",
-                                                    "--num_train_epochs", "1", "--save_steps", "100"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, "--prompts_per_generation", "12",
+                                                        "--num_train_epochs", "1", "--save_steps", "100"))
     assert_ok(result)
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: 32 prompts")]
     assert len(notes) == 1 and "8 prompts of each epoch go unused" in notes[0]
@@ -166,13 +166,13 @@ def test_target_kl_moves_beta_toward_the_kl_asked_for_and_a_continued_run_keeps_
     # reference (kl 0 at step 1: below any target), then moves away from it.
     fast = ["--target_kl", "1e-9", "--kl_horizon", "4", "--learning_rate", "1e-3", "--save_steps", "2"]
     out = tmp_path / "above"
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "4")))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "4")))
     beta = logged_beta(out)
     assert beta[:2] == pytest.approx([0.04, 0.032])  # logged as the step's own beta, then adapted
     assert beta[3] > beta[2] > beta[1]  # kl above the target: beta rises
     assert all(kl > 1e-9 for _, kl in scalars(out)["train/kl"][1:])
     # Continued to 6 steps: beta goes on from where it stood, not from --beta
-    continued = run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "6"))
+    continued = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "6"))
     assert_ok(continued)
     assert logged_beta(out)[4] == pytest.approx(beta[3] * 1.2)
     # quietly: the tiny policy ties its embeddings, so its checkpoint has no LM head, on purpose (transformers warned
@@ -180,16 +180,16 @@ def test_target_kl_moves_beta_toward_the_kl_asked_for_and_a_continued_run_keeps_
     assert "missing keys" not in continued.stdout + continued.stderr
 
     out = tmp_path / "below"
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "4",
-                                                     "--target_kl", "1000")))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "4",
+                                                         "--target_kl", "1000")))
     assert logged_beta(out) == pytest.approx([0.04, 0.032, 0.0256, 0.02048])  # kl below the target: beta falls
 
 
 @pytest.mark.slow
 def test_a_kl_horizon_too_long_for_the_run_is_said_with_the_runs_own(tiny_models, tmp_path):
     # 3 steps of 4 completions, logged at each: beta adapts twice for a later step, by at most 0.2 x 4 / 10000 each.
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out", "--max_steps", "3",
-                                                    "--target_kl", "0.1"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out", "--max_steps", "3",
+                                                        "--target_kl", "0.1"))
     assert_ok(result)
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: --target_kl")]
     assert notes == ["note: --target_kl 0.1 can move --beta by at most 0.02% in this run (2 adaptations of 4 "
@@ -248,7 +248,7 @@ def test_grpo_from_an_adapter_folder_rewards_completions_ended_at_its_bases_end_
                      "--reward_funcs", "boxed_answer", "--reward_wrong", "-1", "--reward_no_answer", "0",
                      "--max_samples", "12", "--eval_prompts", "2", "--eval_steps", "2")
     args[args.index("--model_name_or_path") + 1] = end_of_turn_models["adapter"]
-    assert_ok(run_script("train_grpo.py", *args))
+    assert_ok(run_in_process("train_grpo.py", *args))
     logged = scalars(out)
     clipped = dict(logged["train/completions/clipped_ratio"])  # TRL's: cut at its own stop tokens
     assert sum(clipped.values()) / len(clipped) < 0.5  # most ended (at <|im_start|>: 0.3 a token)
@@ -268,7 +268,7 @@ def test_grpo_missing_eos_penalty_is_taken_from_completions_cut_off_before_the_r
     args = grpo_args(tiny_models, out, "--max_steps", "3", "--temperature", "1", "--max_completion_length", "4",
                      "--missing_eos_penalty", "2", "--max_samples", "24", "--eval_prompts", "2", "--eval_steps", "2")
     args[args.index("--model_name_or_path") + 1] = end_of_turn_models["policy"]
-    assert_ok(run_script("train_grpo.py", *args))
+    assert_ok(run_in_process("train_grpo.py", *args))
     logged = scalars(out)
     clipped = dict(logged["train/completions/clipped_ratio"])
     assert 0 < sum(clipped.values()) < len(clipped)  # some cut off, some ended (0.3 a token over 4 tokens)

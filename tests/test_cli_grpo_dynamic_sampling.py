@@ -6,7 +6,7 @@ from collections import defaultdict
 import pytest
 import torch
 
-from conftest import assert_ok, error_line, grpo_args, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, run_in_process, run_script, scalars
 from rlhf.batches import GROUP_WHY
 from test_interruption import final_weights
 
@@ -66,9 +66,9 @@ def test_each_generation_trains_on_groups_whose_rewards_differ_and_counts_what_i
                                                                                        rewards):
     out = tmp_path / "run"
     # 4 prompts generated together for 2 steps of 2 prompts (the GPU default's shape), half of them of one reward.
-    result = run_script("train_grpo.py", *grpo_args(
-        tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling", "--max_steps", "6",
-        "--prompts_per_generation", "4", "--save_steps", "1", "--save_total_limit", "10"), env=rewards)
+    result = run_in_process("train_grpo.py", *grpo_args(
+            tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling", "--max_steps", "6",
+            "--prompts_per_generation", "4", "--save_steps", "1", "--save_total_limit", "10"), env=rewards)
     assert_ok(result)
     for step in range(1, 7):
         assert_every_group_differs(trained_groups(out / f"checkpoint-{step}"), 8)
@@ -87,9 +87,9 @@ def test_each_generation_trains_on_groups_whose_rewards_differ_and_counts_what_i
 @pytest.mark.slow
 def test_the_cap_reached_is_said_once_and_the_step_trains_on_what_it_has(tiny_models, tmp_path, rewards):
     out = tmp_path / "run"
-    result = run_script("train_grpo.py", *grpo_args(
-        tiny_models, out, "--reward_funcs", "signal_rewards.one", "--use_dynamic_sampling",
-        "--dynamic_sampling_max_gen_batches", "2", "--max_steps", "3"), env=rewards)
+    result = run_in_process("train_grpo.py", *grpo_args(
+            tiny_models, out, "--reward_funcs", "signal_rewards.one", "--use_dynamic_sampling",
+            "--dynamic_sampling_max_gen_batches", "2", "--max_steps", "3"), env=rewards)
     assert_ok(result)
     said = [line for line in result.stdout.splitlines() if line.startswith("note: dynamic sampling")]
     assert said == ["note: dynamic sampling reached --dynamic_sampling_max_gen_batches 2 at step 1: 0 of the 2 groups "
@@ -143,10 +143,10 @@ def test_a_run_resumed_inside_a_generation_trains_what_one_run_trains(tiny_model
                          "1", "--save_total_limit", "10", "--lr_scheduler_type", "constant", "--learning_rate", "1e-2")
 
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    assert_ok(run_script("train_grpo.py", *args(whole), env=rewards))
+    assert_ok(run_in_process("train_grpo.py", *args(whole), env=rewards))
     assert max(value for _, value in scalars(whole)["train/dynamic_sampling/rounds"]) > 1
-    assert_ok(run_script("train_grpo.py", *args(resumed), "--resume_from_checkpoint", whole / "checkpoint-3",
-                         env=rewards))
+    assert_ok(run_in_process("train_grpo.py", *args(resumed), "--resume_from_checkpoint", whole / "checkpoint-3",
+                             env=rewards))
     expected, weights = final_weights(whole), final_weights(resumed)
     differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
     assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
@@ -157,9 +157,9 @@ def test_with_the_reward_model_whose_groups_all_differ_it_trains_what_trl_trains
     # The tiny reward model scores every completion differently: nothing is discarded, no extra round is drawn, and
     # the weights are those of a run without dynamic sampling.
     plain, dynamic = tmp_path / "plain", tmp_path / "dynamic"
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, plain, "--max_steps", "2")))
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, dynamic, "--max_steps", "2",
-                                                     "--use_dynamic_sampling")))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, plain, "--max_steps", "2")))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, dynamic, "--max_steps", "2",
+                                                         "--use_dynamic_sampling")))
     logged = scalars(dynamic)
     assert logged["train/dynamic_sampling/rounds"] == [(1, 1.0), (2, 1.0)]
     assert logged["train/dynamic_sampling/groups_discarded"] == [(1, 0.0), (2, 0.0)]
@@ -170,9 +170,9 @@ def test_with_the_reward_model_whose_groups_all_differ_it_trains_what_trl_trains
 @pytest.mark.slow
 def test_a_lora_run_trains_its_adapter_on_groups_whose_rewards_differ(tiny_models, tmp_path, rewards):
     out = tmp_path / "lora"
-    assert_ok(run_script("train_grpo.py", *grpo_args(
-        tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling", "--use_peft",
-        "--max_steps", "3", "--save_steps", "1"), env=rewards))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(
+            tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling", "--use_peft",
+            "--max_steps", "3", "--save_steps", "1"), env=rewards))
     assert (out / "adapter_model.safetensors").exists() and not (out / "model.safetensors").exists()
     assert_every_group_differs(trained_groups(out / "checkpoint-3"), 4)
     assert sum(value for _, value in scalars(out)["train/dynamic_sampling/groups_discarded"]) > 0
@@ -197,7 +197,7 @@ def test_groups_that_differ_only_in_the_missing_eos_penalty_count_as_one_reward(
                      "--temperature", "1", "--max_completion_length", "4", "--missing_eos_penalty", "2",
                      "--save_steps", "1", "--save_total_limit", "10")
     args[args.index("--model_name_or_path") + 1] = end_of_turn_models["policy"]
-    assert_ok(run_script("train_grpo.py", *args, env=rewards))
+    assert_ok(run_in_process("train_grpo.py", *args, env=rewards))
     # the groups trained on (generated at steps 1 and 3): some held a cut-off completion beside an ended one
     groups = [g for step in (1, 3) for g in trained_groups(out / f"checkpoint-{step}")]
     assert any(abs(a) > 0.1 for g in groups for a in g)

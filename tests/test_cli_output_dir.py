@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, start_script, wait_for
+from conftest import assert_ok, error_line, grpo_args, ppo_args, run_in_process, start_script, wait_for
 
 
 @pytest.mark.slow
@@ -25,7 +25,7 @@ def test_a_second_run_is_refused_while_the_first_runs_and_a_killed_runs_lock_is_
         first.communicate()
     assert lock.exists()
 
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2"))
     assert_ok(result)
     assert f"note: took over {lock}, left by a run that is no longer running (PID {first.pid}" in result.stdout
     assert not lock.exists()  # released at the end

@@ -6,7 +6,17 @@ import signal
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars, start_script, wait_for
+from conftest import (
+    assert_ok,
+    error_line,
+    grpo_args,
+    ppo_args,
+    run_in_process,
+    run_script,
+    scalars,
+    start_script,
+    wait_for,
+)
 from rlhf import tiny
 
 
@@ -16,8 +26,8 @@ def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_model
 
     out = tmp_path / "ppo"
     # Rollouts of 4 prompts, trained on in mini-batches of 2 (--per_device_train_batch_size): 8 episodes, 2 rollouts.
-    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8",
-                                                   "--prompts_per_rollout", "4")))
+    assert_ok(run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8",
+                                                       "--prompts_per_rollout", "4")))
     logged = scalars(out)
     assert [step for step, _ in logged["train/objective/kl"]] == [1, 2]
     for tag in ("train/objective/scores", "train/loss/policy_avg", "train/loss/value_avg", "train/objective/kl_coef"):
@@ -35,7 +45,7 @@ def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_model
 @pytest.mark.slow
 def test_lora_run_uses_the_adapter_disabled_policy_as_reference(tiny_models, tmp_path):
     out = tmp_path / "ppo_lora"
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--use_lora"))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--use_lora"))
     assert_ok(result)
     assert (out / "adapter_config.json").exists() and (out / "value_model" / "config.json").exists()
     assert "train/objective/kl" in scalars(out)
@@ -46,7 +56,7 @@ def test_target_kl_moves_the_logged_coefficient(tiny_models, tmp_path):
     out = tmp_path / "ppo_kl"
     # The tiny policy's KL stays near 0, far below the target, so the coefficient must shrink every batch.
     args = ppo_args(tiny_models, out, "--total_episodes", "8", "--target_kl", "6", "--kl_horizon", "10")
-    assert_ok(run_script("train_ppo.py", *args))
+    assert_ok(run_in_process("train_ppo.py", *args))
     coefs = [value for _, value in sorted(scalars(out)["train/objective/kl_coef"])]
     assert coefs[0] == pytest.approx(0.05)
     assert all(later < earlier for earlier, later in zip(coefs, coefs[1:]))
@@ -65,8 +75,8 @@ def test_ppo_takes_a_reward_model_without_a_chat_template_as_it_reads_the_policy
     tokenizer = tiny.build_tokenizer()  # the policy's vocabulary
     tokenizer.chat_template = None
     reward_model = tiny.build_reward_model(tmp_path / "no_template", tokenizer)
-    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "out", "--total_episodes", "2",
-                                                   reward_model=reward_model)))
+    assert_ok(run_in_process("train_ppo.py", *ppo_args(tiny_models, tmp_path / "out", "--total_episodes", "2",
+                                                       reward_model=reward_model)))
     assert (tmp_path / "out" / "model.safetensors").exists()
 
 
@@ -86,7 +96,7 @@ def test_interrupted_then_resumed_run_ends_at_the_same_episode_count(tiny_models
     assert 2 <= stopped_at < 20
     kl_coef_at_stop = json.loads((out / f"checkpoint-{stopped_at}" / "ppo_state.json").read_text())["kl_coef"]
 
-    result = run_script("train_ppo.py", *args)
+    result = run_in_process("train_ppo.py", *args)
     assert_ok(result)
     assert f"Resuming from {out / f'checkpoint-{stopped_at}'}" in result.stdout
     manifest = json.loads((out / "run_manifest.json").read_text())
@@ -110,7 +120,7 @@ def test_reward_model_in_bfloat16_scores_finite_rewards(tiny_models, tmp_path, s
         args, tag = grpo_args(tiny_models, out, "--max_steps", "1"), "train/rewards/reward_model/mean"
     else:
         args, tag = ppo_args(tiny_models, out, "--total_episodes", "4"), "train/objective/scores"
-    assert_ok(run_script(script, *args, "--reward_model_dtype", "bfloat16"))
+    assert_ok(run_in_process(script, *args, "--reward_model_dtype", "bfloat16"))
     rewards = [value for _, value in scalars(out)[tag]]
     assert rewards and all(math.isfinite(value) for value in rewards)
 
@@ -125,7 +135,7 @@ def test_completion_length_is_logged_from_the_completions_as_generated(tiny_mode
     out = tmp_path / "ppo_eos"
     args = ppo_args(tiny_models, out, "--total_episodes", "8", "--temperature", "1")
     args[args.index("--model_name_or_path") + 1] = policy
-    assert_ok(run_script("train_ppo.py", *args))
+    assert_ok(run_in_process("train_ppo.py", *args))
     logged = scalars(out)
     assert [value for _, value in logged["train/completions/mean_length"]] == [1] * 4
     assert [value for _, value in logged["train/completions/clipped_ratio"]] == [0] * 4
@@ -135,7 +145,7 @@ def test_completion_length_is_logged_from_the_completions_as_generated(tiny_mode
 def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_loads(tiny_models, tmp_path):
     # TRL 1.12 drew no rollout from 32 prompts in rollouts of 64 and waited for one for good.
     out = tmp_path / "ppo"
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "64"), timeout=120)
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "64"))
     line = error_line(result)
     assert "32 prompts" in line and "64" in line and "lower --prompts_per_rollout" in line
     assert not out.exists()
@@ -145,8 +155,8 @@ def test_fewer_prompts_than_one_rollout_are_refused_in_one_line_before_anything_
 def test_prompts_left_over_from_whole_rollouts_are_said_in_one_line(tiny_models, tmp_path):
     out = tmp_path / "ppo"
     # 32 prompts in rollouts of 6: TRL's dataloader keeps 5 whole rollouts (30 prompts) per pass.
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "6",
-                                                  "--total_episodes", "6"))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--prompts_per_rollout", "6",
+                                                      "--total_episodes", "6"))
     assert_ok(result)
     notes = [line for line in result.stdout.splitlines() if line.startswith("note: 32 prompts")]
     assert len(notes) == 1 and "2 prompts of each epoch go unused" in notes[0] and "--prompts_per_rollout" in notes[0]
@@ -163,8 +173,8 @@ def test_dtype_auto_loads_the_value_model_in_the_policys_dtype_not_the_reward_mo
     # loaded in the reward model's own bfloat16 under --dtype auto, and trained bfloat16 weights.
     reward_model = save_in_bfloat16(tiny_models["reward_model"], tmp_path / "bf16_reward_model")
     out = tmp_path / "ppo"
-    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "2", "--dtype", "auto",
-                                                   reward_model=reward_model)))
+    assert_ok(run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "2", "--dtype", "auto",
+                                                       reward_model=reward_model)))
     value_model = AutoModelForSequenceClassification.from_pretrained(out / "value_model", dtype="auto")
     assert value_model.dtype == torch.float32
 
@@ -175,8 +185,8 @@ def test_ppo_models_are_built_with_the_tokenizers_distinct_pad_so_eos_trains(tin
 
     out = tmp_path / "ppo"
     # The tiny models' configs pad with EOS, as SmolLM2's do; PPO pads with a distinct token (ensure_distinct_pad).
-    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--learning_rate",
-                                                   "1e-2")))
+    assert_ok(run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4", "--learning_rate",
+                                                       "1e-2")))
     tokenizer = AutoTokenizer.from_pretrained(out)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     assert pad != eos and AutoConfig.from_pretrained(out).pad_token_id == pad  # the policy's saved config
@@ -195,7 +205,7 @@ def test_a_run_prints_no_library_line_that_tells_nothing_new(tiny_models, tmp_pa
     # gather of a pass's last rollout: 48 lines in 3 passes of the default data)
     data = prompts_with_one_too_long(tmp_path, 5)
     result = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--dataset_name", data,
-                                                  "--total_episodes", "8"), env={"CUDA_VISIBLE_DEVICES": ""})
+                                              "--total_episodes", "8"), env={"CUDA_VISIBLE_DEVICES": ""})
     assert_ok(result)
     output = result.stdout + result.stderr
     assert "5 prompts kept, 1 dropped as longer than 512 tokens" in output
@@ -221,7 +231,7 @@ def test_ppo_ends_cuts_rewards_and_penalises_completions_at_the_runs_stop_tokens
                     "--reward_no_answer", "0", "--missing_eos_penalty", "1", "--max_samples", "12", "--eval_prompts",
                     "2", "--eval_steps", "2", *flags)
     args[args.index("--model_name_or_path") + 1] = end_of_turn_models["policy"]
-    assert_ok(run_script("train_ppo.py", *args))
+    assert_ok(run_in_process("train_ppo.py", *args))
     logged = scalars(out)
     clipped = dict(logged["train/completions/clipped_ratio"])
     assert len(clipped) == 2 and sum(clipped.values()) / 2 < 0.5  # most ended (0.3 a token)
@@ -239,8 +249,9 @@ def test_max_steps_trains_that_many_rollouts_and_a_kl_horizon_too_long_for_them_
     out = tmp_path / "ppo"
     # 2 rollouts of 4 prompts (num_train_epochs' 3 passes over 32 prompts would be 24); --target_kl at the default
     # horizon of 10000 episodes can move kl_coef by 0.008% between them.
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--max_steps", "2", "--prompts_per_rollout", "4",
-                                                  "--target_kl", "6"))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--max_steps", "2", "--prompts_per_rollout",
+                                "4",
+                                                      "--target_kl", "6"))
     assert_ok(result)
     manifest = json.loads((out / "run_manifest.json").read_text())
     assert (manifest["global_step"], manifest["episode"]) == (2, 8)
@@ -257,8 +268,9 @@ def test_max_steps_trains_that_many_rollouts_and_a_kl_horizon_too_long_for_them_
 @pytest.mark.slow
 def test_total_episodes_below_one_rollout_trains_one_and_says_so(tiny_models, tmp_path):
     out = tmp_path / "ppo"
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "2", "--prompts_per_rollout",
-                                                  "4", "--target_kl", "6", "--kl_horizon", "4"))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "2",
+                                "--prompts_per_rollout",
+                                                      "4", "--target_kl", "6", "--kl_horizon", "4"))
     assert_ok(result)
     assert "note: --total_episodes 2 -> 4 (whole rollouts: 1 rollout of --prompts_per_rollout 4)" in result.stdout
     assert ("note: --target_kl 6 cannot move --kl_coef in this run: it adapts between rollouts, and the run has one"

@@ -4,7 +4,7 @@ held still through the warm-up, resumed runs equal to one uninterrupted run, and
 import pytest
 import torch
 
-from conftest import assert_ok, error_line, ppo_args, run_script, scalars
+from conftest import assert_ok, error_line, ppo_args, run_in_process, run_script, scalars
 from test_interruption import final_weights
 
 # A reward function that varies on the tiny policy's random completions (beside the reward model).
@@ -31,7 +31,7 @@ def policy_weights(folder):
 def test_a_critic_warmup_holds_the_policy_and_a_run_resumed_in_it_or_after_it_trains_what_one_run_trains(
         tiny_models, tmp_path):
     whole = tmp_path / "whole"
-    result = run_script("train_ppo.py", *warmup_args(tiny_models, whole, "--max_steps", "4"))
+    result = run_in_process("train_ppo.py", *warmup_args(tiny_models, whole, "--max_steps", "4"))
     assert_ok(result)
     assert ("note: --critic_warmup 2: the first 2 of the run's 4 rollouts train the value model alone, at "
             "--learning_rate; the policy trains in the other 2") in result.stdout
@@ -45,8 +45,8 @@ def test_a_critic_warmup_holds_the_policy_and_a_run_resumed_in_it_or_after_it_tr
     assert any(not torch.equal(values[0][name], values[1][name]) for name in values[0])  # it learns
     for checkpoint in (1, 3):  # inside the warm-up, and after it
         resumed = tmp_path / f"resumed-{checkpoint}"
-        assert_ok(run_script("train_ppo.py", *warmup_args(tiny_models, resumed, "--max_steps", "4"),
-                             "--resume_from_checkpoint", whole / f"checkpoint-{checkpoint}"))
+        assert_ok(run_in_process("train_ppo.py", *warmup_args(tiny_models, resumed, "--max_steps", "4"),
+                                 "--resume_from_checkpoint", whole / f"checkpoint-{checkpoint}"))
         expected, weights = final_weights(whole), final_weights(resumed)
         assert weights.keys() == expected.keys()
         differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, run_in_process, run_script, scalars
 from rlhf import tiny
 
 SMALL = ["--max_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "4", "--eval_samples", "6",
@@ -29,8 +29,8 @@ def test_reward_model_trains_on_each_schema_and_is_ready_for_the_rl_scripts(tiny
     rows = tiny.orca_rows(30)
     data = tiny.write_jsonl(tmp_path / "pairs.jsonl", rows if schema == "orca" else h4_rows(rows))
     out = tmp_path / "reward"
-    result = run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"],
-                        "--dataset_name", data, "--output_dir", out, *SMALL)
+    result = run_in_process("train_reward_model.py", "--model_name_or_path", tiny_models["policy"],
+                            "--dataset_name", data, "--output_dir", out, *SMALL)
     assert_ok(result)
     assert f"Schema '{schema}': 24 training pairs, 6 held out." in result.stdout
 
@@ -46,7 +46,7 @@ def test_reward_model_trains_on_each_schema_and_is_ready_for_the_rl_scripts(tiny
 
     # The folder is usable as is by GRPO.
     grpo_out = tmp_path / "grpo"
-    assert_ok(run_script("train_grpo.py", *grpo_args(tiny_models, grpo_out, "--max_steps", "1", reward_model=out)))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, grpo_out, "--max_steps", "1", reward_model=out)))
     assert "train/reward" in scalars(grpo_out)
 
 
@@ -57,8 +57,8 @@ def test_lora_reward_model_is_merged_and_loads_without_peft(tiny_models, tmp_pat
 
     data = tiny.write_jsonl(tmp_path / "pairs.jsonl", tiny.orca_rows(30))
     out = tmp_path / "reward_lora"
-    result = run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--use_lora",
-                        "--learning_rate", "1e-2", "--dataset_name", data, "--output_dir", out, *SMALL)
+    result = run_in_process("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--use_lora",
+                            "--learning_rate", "1e-2", "--dataset_name", data, "--output_dir", out, *SMALL)
     assert_ok(result)
     assert not (out / "adapter_config.json").exists()
     model = AutoModelForSequenceClassification.from_pretrained(out)
@@ -90,8 +90,8 @@ def test_the_input_embedding_of_eos_where_the_reward_is_read_is_trained(tiny_mod
 
     out = tmp_path / "reward"
     # The base config pads with EOS; the embedding's padding_idx, the row that gets no gradient, was once fixed there.
-    assert_ok(run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name",
-                         tiny_models["prompts"], "--output_dir", out, *SMALL, "--learning_rate", "1e-2"))
+    assert_ok(run_in_process("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name",
+                             tiny_models["prompts"], "--output_dir", out, *SMALL, "--learning_rate", "1e-2"))
     tokenizer = AutoTokenizer.from_pretrained(out)
     before = AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).get_input_embeddings().weight
     model = AutoModelForSequenceClassification.from_pretrained(out)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, ppo_args, run_in_process, scalars
 from rlhf import tiny
 
 MATH_ROWS = [{"question": f"What is {a} + {b}?", "ground_truth": str(a + b)} for a in range(4) for b in range(4)]
@@ -33,8 +33,8 @@ def math_args(tiny_models, tmp_path, *extra, script="train_grpo.py"):
 
 @pytest.mark.slow
 def test_grpo_with_the_boxed_answer_verifier_on_question_ground_truth_data(tiny_models, tmp_path):
-    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer",
-                                                    "--reward_wrong", "-1", "--reward_no_answer", "-0.5"))
+    result = run_in_process("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer",
+                                                        "--reward_wrong", "-1", "--reward_no_answer", "-0.5"))
     assert_ok(result)
     logged = scalars(tmp_path / "run")
     # A random tiny model never writes \boxed{...}: every completion that ended gets the "no answer" reward (-0.5),
@@ -49,8 +49,8 @@ def test_grpo_with_the_boxed_answer_verifier_on_question_ground_truth_data(tiny_
 @pytest.mark.slow
 def test_grpo_with_a_custom_function_by_import_path(tiny_models, tmp_path):
     (tmp_path / "my_rewards.py").write_text(CUSTOM)
-    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.brevity"),
-                        cwd=tmp_path)
+    result = run_in_process("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.brevity"),
+                            cwd=tmp_path)
     assert_ok(result)
     assert all(value < 0 for _, value in scalars(tmp_path / "run")["train/rewards/my_rewards.brevity/mean"])
 
@@ -64,14 +64,15 @@ def test_grpo_and_evaluation_with_a_custom_function_by_file_path_from_another_fo
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     name = "../rewards/my_rewards.py:brevity"
-    result = run_script("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", name), cwd=elsewhere)
+    result = run_in_process("train_grpo.py", *math_args(tiny_models, tmp_path, "--reward_funcs", name), cwd=elsewhere)
     assert_ok(result)
     assert all(value < 0 for _, value in scalars(tmp_path / "run")[f"train/rewards/{name}/mean"])
     out = tmp_path / "eval.json"
     by_path = f"{tmp_path / 'rewards' / 'my_rewards.py'}:brevity"  # absolute, this time
-    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], "--dataset_name",
-                        tmp_path / "math.jsonl", "--train_samples", "0", "--num_prompts", "2", "--num_completions",
-                        "1", "--max_new_tokens", "4", "--reward_funcs", by_path, "--output_file", out, cwd=elsewhere)
+    result = run_in_process("evaluate_generations.py", "--model_path", tiny_models["policy"], "--dataset_name",
+                            tmp_path / "math.jsonl", "--train_samples", "0", "--num_prompts", "2", "--num_completions",
+                            "1", "--max_new_tokens", "4", "--reward_funcs", by_path, "--output_file", out,
+                            cwd=elsewhere)
     assert_ok(result)
     assert json.loads(out.read_text())["models"][0]["summary"]["mean_reward"] < 0
 
@@ -95,7 +96,7 @@ def test_a_reward_function_file_that_cannot_work_is_one_line(tiny_models, tmp_pa
 def test_grpo_with_a_weighted_mix_of_reward_model_and_function(tiny_models, tmp_path):
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "reward_model", "boxed_format",
                      "--reward_weights", "1.0", "0.5")
-    assert_ok(run_script("train_grpo.py", *args))
+    assert_ok(run_in_process("train_grpo.py", *args))
     logged = scalars(tmp_path / "run")
     model_mean = dict(logged["train/rewards/reward_model/mean"])
     format_mean = dict(logged["train/rewards/boxed_format/mean"])
@@ -109,7 +110,7 @@ def test_grpo_with_a_weighted_mix_of_reward_model_and_function(tiny_models, tmp_
 def test_a_custom_function_that_raises_is_named_in_one_line(tiny_models, tmp_path, script):
     (tmp_path / "my_rewards.py").write_text(CUSTOM)
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "my_rewards.crashes", script=script)
-    result = run_script(script, *args, cwd=tmp_path)
+    result = run_in_process(script, *args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     last = [line for line in result.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("error: reward function 'my_rewards.crashes' raised RuntimeError: no score for ")
@@ -129,8 +130,8 @@ def simple_reward(samples):
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
 def test_a_function_of_the_batch_as_dicts_returning_a_numpy_array_trains(tiny_models, tmp_path, script):
     (tmp_path / "guide.py").write_text(GUIDE)
-    result = run_script(script, *math_args(tiny_models, tmp_path, "--reward_funcs", "guide.simple_reward",
-                                           script=script), cwd=tmp_path)
+    result = run_in_process(script, *math_args(tiny_models, tmp_path, "--reward_funcs", "guide.simple_reward",
+                                               script=script), cwd=tmp_path)
     assert_ok(result)
     assert all(value >= 0 for _, value in scalars(tmp_path / "run")["train/rewards/guide.simple_reward/mean"])
 
@@ -170,10 +171,11 @@ def test_mismatched_reward_weights_are_refused(tiny_models, tmp_path, run_cli, s
 def test_evaluation_reports_format_rate_verifier_accuracy_and_the_gain(tiny_models, tmp_path):
     data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
     out = tmp_path / "eval.json"
-    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], tiny_models["policy"],
-                        "--dataset_name", data, "--train_samples", "8", "--num_prompts", "3", "--num_completions", "2",
-                        "--max_new_tokens", "6", "--reward_funcs", "boxed_answer", "reward_model",
-                        "--reward_model_path", tiny_models["reward_model"], "--output_file", out)
+    result = run_in_process("evaluate_generations.py", "--model_path", tiny_models["policy"], tiny_models["policy"],
+                            "--dataset_name", data, "--train_samples", "8", "--num_prompts", "3",
+                            "--num_completions", "2",
+                            "--max_new_tokens", "6", "--reward_funcs", "boxed_answer", "reward_model",
+                            "--reward_model_path", tiny_models["reward_model"], "--output_file", out)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     summary = report["models"][0]["summary"]
@@ -211,7 +213,7 @@ def test_ppo_with_the_verifier_and_a_custom_function_and_no_reward_model(tiny_mo
                      "--reward_weights", "1", "0.5", "--reward_model_name_or_path", tmp_path / "no_such_model",
                      "--missing_eos_penalty", "0", "--reward_wrong", "-1", "--reward_no_answer", "-0.5",
                      script="train_ppo.py")
-    result = run_script("train_ppo.py", *args, cwd=tmp_path)
+    result = run_in_process("train_ppo.py", *args, cwd=tmp_path)
     assert_ok(result)
     assert "note: --reward_model_name_or_path" in result.stdout and "is not used" in result.stdout
     assert f"value model: the policy {tiny_models['policy']} with a new one-output head" in result.stdout
@@ -246,7 +248,7 @@ def test_ppo_takes_no_policy_step_from_rollouts_whose_completions_all_scored_the
     # A random tiny model never writes \boxed{...}: every completion scores 0, no rollout has a reward signal.
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "boxed_answer", "--missing_eos_penalty", "0",
                      "--skip_rollouts_without_signal", str(skip), script="train_ppo.py")
-    result = run_script("train_ppo.py", *args)
+    result = run_in_process("train_ppo.py", *args)
     assert_ok(result)
     logged = scalars(tmp_path / "run")
     assert {value for _, value in logged["train/objective/scores"]} == {0.0}
@@ -264,7 +266,7 @@ def test_ppo_with_a_weighted_mix_of_reward_model_and_function_evaluates_with_bot
     args = math_args(tiny_models, tmp_path, "--reward_funcs", "reward_model", "boxed_format",
                      "--reward_weights", "1.0", "0.5", "--missing_eos_penalty", "0", "--max_samples", "12",
                      "--eval_prompts", "2", "--eval_steps", "2", script="train_ppo.py")
-    assert_ok(run_script("train_ppo.py", *args))
+    assert_ok(run_in_process("train_ppo.py", *args))
     logged = scalars(tmp_path / "run")
     model_mean = dict(logged["train/rewards/reward_model/mean"])
     format_mean = dict(logged["train/rewards/boxed_format/mean"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, error_line, run_script, start_script, wait_for
+from conftest import assert_ok, error_line, run_in_process, start_script, wait_for
 from rlhf import tiny
 from rlhf.errors import UserError
 from rlhf.evaluation.report import check_writable, format_table, gain_interval, interval_bound, win_interval
@@ -150,7 +150,7 @@ def test_two_models_are_compared_on_the_same_held_out_prompts(tiny_models, tmp_p
 
     other = tiny.build_policy(tmp_path / "other_policy", tiny.build_tokenizer(), seed=5)
     out = tmp_path / "eval.json"
-    result = run_script("evaluate_generations.py", *eval_args(tiny_models, out, tiny_models["policy"], other))
+    result = run_in_process("evaluate_generations.py", *eval_args(tiny_models, out, tiny_models["policy"], other))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["config"]["model_path"] == [str(tiny_models["policy"]), str(other)]
@@ -176,8 +176,8 @@ def test_two_models_are_compared_on_the_same_held_out_prompts(tiny_models, tmp_p
 @pytest.mark.slow
 def test_the_system_prompts_reach_the_evaluated_prompts(tiny_models, tmp_path):
     out = tmp_path / "eval.json"
-    result = run_script("evaluate_generations.py", *eval_args(
-        tiny_models, out, tiny_models["policy"], extra=["--system_prompt", "Say hi.", "--append_system_prompt",
+    result = run_in_process("evaluate_generations.py", *eval_args(
+            tiny_models, out, tiny_models["policy"], extra=["--system_prompt", "Say hi.", "--append_system_prompt",
                                                          "Be brief.", "--num_completions", "1"]))
     assert result.returncode == 0, result.stderr[-3000:]
     (model,) = json.loads(out.read_text())["models"]
@@ -189,8 +189,8 @@ def test_the_system_prompts_reach_the_evaluated_prompts(tiny_models, tmp_path):
 @pytest.mark.slow
 def test_evaluating_the_same_model_twice_is_a_tie(tiny_models, tmp_path):
     out = tmp_path / "eval.json"
-    result = run_script("evaluate_generations.py",
-                        *eval_args(tiny_models, out, tiny_models["policy"], tiny_models["policy"]))
+    result = run_in_process("evaluate_generations.py",
+                            *eval_args(tiny_models, out, tiny_models["policy"], tiny_models["policy"]))
     assert result.returncode == 0, result.stderr[-3000:]
     (comparison,) = json.loads(out.read_text())["comparison"]
     assert comparison["win_rate"] == 0.5 and comparison["mean_reward_delta"] == 0  # same prompts, same seeds
@@ -269,7 +269,7 @@ def test_prompt_rows_name_the_rows_evaluated_when_prompts_are_dropped(tiny_model
     args = eval_args(tiny_models, out, tiny_models["policy"], extra=("--max_prompt_length", "400"))
     args[args.index("--dataset_name") + 1] = tiny.write_jsonl(tmp_path / "prompts.jsonl", rows)
     args[args.index("--num_prompts") + 1] = "8"  # more than the 5 held-out prompts left
-    result = run_script("evaluate_generations.py", *args)
+    result = run_in_process("evaluate_generations.py", *args)
     assert_ok(result)
     report = json.loads(out.read_text())
     config = report["config"]
@@ -350,7 +350,7 @@ def test_ctrl_c_saves_the_finished_models_marked_partial(tiny_models, tmp_path):
     # The same command again evaluates the models left, and keeps the finished ones as they were: the report is
     # that of one uninterrupted run.
     finished = len(report["models"])
-    result = run_script("evaluate_generations.py", *args)
+    result = run_in_process("evaluate_generations.py", *args)
     assert_ok(result)
     assert (f"note: {finished} of 3 models already evaluated in {out} by an interrupted run with these settings: "
             "kept, not generated again") in result.stdout
@@ -358,7 +358,7 @@ def test_ctrl_c_saves_the_finished_models_marked_partial(tiny_models, tmp_path):
     assert resumed["complete"] is True and "interrupted_by" not in resumed
     assert resumed["models"][:finished] == report["models"]
     whole = tmp_path / "whole.json"
-    assert_ok(run_script("evaluate_generations.py", *[whole if arg == out else arg for arg in args]))
+    assert_ok(run_in_process("evaluate_generations.py", *[whole if arg == out else arg for arg in args]))
     uninterrupted = json.loads(whole.read_text())
     assert resumed["models"] == uninterrupted["models"] and resumed["comparison"] == uninterrupted["comparison"]
 
@@ -446,10 +446,11 @@ def test_an_adapter_whose_base_declares_an_end_of_turn_id_is_scored_as_ended_the
     data = tiny.write_jsonl(tmp_path / "math.jsonl", [{"question": f"What is {a} + 1?", "ground_truth": str(a + 1)}
                                                       for a in range(6)])
     out = tmp_path / "eval.json"
-    assert_ok(run_script("evaluate_generations.py", "--model_path", end_of_turn_models["adapter"], "--dataset_name",
-                         data, "--train_samples", "0", "--num_prompts", "6", "--num_completions", "2",
-                         "--max_new_tokens", "8", "--temperature", "1", "--top_p", "1", "--reward_funcs",
-                         "boxed_answer", "--reward_wrong", "-1", "--reward_no_answer", "0", "--output_file", out))
+    assert_ok(run_in_process("evaluate_generations.py", "--model_path", end_of_turn_models["adapter"],
+                             "--dataset_name", data, "--train_samples", "0", "--num_prompts", "6",
+                             "--num_completions", "2", "--max_new_tokens", "8", "--temperature", "1", "--top_p", "1",
+                             "--reward_funcs", "boxed_answer", "--reward_wrong", "-1", "--reward_no_answer", "0",
+                             "--output_file", out))
     completions = [c for p in json.loads(out.read_text())["models"][0]["prompts"] for c in p["completions"]]
     # no box in a random model's text: an ended completion has no answer (0), one cut off the lower of the two (-1)
     assert all(c["reward"] == (0.0 if c["ended_with_eos"] else -1.0) for c in completions)
@@ -621,8 +622,8 @@ def test_a_judge_that_ranks_the_other_way_round_disagrees_in_one_line_per_model(
     above, below = (tiny.ending_policy(tiny_models["policy"], tmp_path / token, vocab[token], 0.95)
                     for token in ("olor", "ree"))
     judge = negated(tiny_models["reward_model"], tmp_path / "negated")
-    result = run_script("evaluate_generations.py",
-                        *judge_args(tiny_models, tmp_path, judge, tiny_models["policy"], above, below))
+    result = run_in_process("evaluate_generations.py",
+                            *judge_args(tiny_models, tmp_path, judge, tiny_models["policy"], above, below))
     assert_ok(result)
     report = json.loads((tmp_path / "e.json").read_text())
     wins, losses = report["comparison"]
@@ -645,10 +646,11 @@ def test_a_judge_with_its_own_tokenizer_scores_beside_the_verifier_when_no_rewar
                                                       for a in range(6)])
     judge = tiny_models["other_reward_model"]  # another vocabulary than the policy's
     out = tmp_path / "e.json"
-    result = run_script("evaluate_generations.py", "--model_path", tiny_models["policy"], tiny_models["policy"],
-                        "--dataset_name", data, "--train_samples", "0", "--num_prompts", "3", "--num_completions", "2",
-                        "--max_new_tokens", "6", "--reward_funcs", "boxed_answer", "--judge_model_name_or_path", judge,
-                        "--output_file", out)
+    result = run_in_process("evaluate_generations.py", "--model_path", tiny_models["policy"], tiny_models["policy"],
+                            "--dataset_name", data, "--train_samples", "0", "--num_prompts", "3",
+                            "--num_completions", "2", "--max_new_tokens", "6", "--reward_funcs", "boxed_answer",
+                            "--judge_model_name_or_path", judge,
+                            "--output_file", out)
     assert_ok(result)
     report = json.loads(out.read_text())
     assert "reward_model" not in report["config"]["scoring"] and report["config"]["scoring"]["judge"]["path"] == str(

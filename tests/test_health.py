@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars
+from conftest import assert_ok, grpo_args, ppo_args, run_in_process, scalars
 from rlhf import tiny
 from rlhf.evaluation.stats import correlation
 from rlhf.lifecycle import health
@@ -196,8 +196,8 @@ def read_report(folder):
 @pytest.mark.slow
 def test_grpo_with_three_token_completions_warns_they_are_cut_off(tiny_models, tmp_path):
     out = tmp_path / "run"
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "3",
-                                                    "--max_completion_length", "3"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "3",
+                                                        "--max_completion_length", "3"))
     assert_ok(result)
     lines = [line for line in result.stdout.splitlines() if line.startswith("health:")]
     assert len(lines) == 1 and "--max_completion_length 3" in lines[0], result.stdout[-3000:]
@@ -218,8 +218,8 @@ def test_grpo_whose_reward_never_varies_in_a_group_warns_there_is_no_learning_si
     # A random tiny model never writes \boxed{}: boxed_format gives every completion the same 0.
     data = tiny.write_jsonl(tmp_path / "math.jsonl", MATH_ROWS)
     out = tmp_path / "run"
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--dataset_name", data, "--max_steps", "5",
-                                                    "--reward_funcs", "boxed_format", "--save_steps", "5"))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, "--dataset_name", data, "--max_steps", "5",
+                                                        "--reward_funcs", "boxed_format", "--save_steps", "5"))
     assert_ok(result)
     assert "health: in 100% of groups every completion got the same reward" in result.stdout, result.stdout[-3000:]
     names = {alarm["name"] for alarm in read_report(out)["health"]}
@@ -234,9 +234,10 @@ def test_a_reward_model_no_better_than_chance_is_an_alarm(tiny_models, tmp_path)
     rows = [dict(row, rejected=row["chosen"]) for row in tiny.orca_rows(30)]
     data = tiny.write_jsonl(tmp_path / "pairs.jsonl", rows)
     out = tmp_path / "reward"
-    result = run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name", data,
-                        "--output_dir", out, "--max_steps", "2", "--per_device_train_batch_size", "4",
-                        "--eval_samples", "6", "--save_steps", "2", "--logging_steps", "1")
+    result = run_in_process("train_reward_model.py", "--model_name_or_path", tiny_models["policy"],
+                                "--dataset_name", data,
+                            "--output_dir", out, "--max_steps", "2", "--per_device_train_batch_size", "4",
+                            "--eval_samples", "6", "--save_steps", "2", "--logging_steps", "1")
     assert_ok(result)
     assert "health: the reward model ranks 0% of 6 held-out pairs right" in result.stdout, result.stdout[-3000:]
     report = read_report(out)
@@ -267,7 +268,7 @@ def test_a_continued_run_raises_no_alarm_its_whole_history_contradicts(tiny_mode
             args = grpo_args(tiny_models, out, "--max_steps", steps)
         else:  # rollouts of 2 prompts; no missing-EOS penalty, so that the scores are the reward's
             args = ppo_args(tiny_models, out, "--total_episodes", 2 * steps, "--missing_eos_penalty", "0")
-        return run_script(script, *args, "--save_steps", "3", "--reward_funcs", "learnt.learnt", cwd=tmp_path)
+        return run_in_process(script, *args, "--save_steps", "3", "--reward_funcs", "learnt.learnt", cwd=tmp_path)
 
     assert_ok(run(3))
     result = run(6)
@@ -451,8 +452,8 @@ def test_a_reward_function_given_by_file_is_named_whole_in_alarm_report_and_tens
     (tmp_path / "funcs" / "const.py").write_text(CONSTANT)
     name, out = "funcs/const.py:zero", tmp_path / "run"
     build, length = THREE_LOGS[script]
-    result = run_script(script, *build(tiny_models, out, *length, "--reward_funcs", name, "reward_model"),
-                        cwd=tmp_path)
+    result = run_in_process(script, *build(tiny_models, out, *length, "--reward_funcs", name, "reward_model"),
+                            cwd=tmp_path)
     assert_ok(result)
     line = f"health: reward function {name} gave every completion the same score"
     assert line in result.stdout, result.stdout[-3000:]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, ppo_args, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, ppo_args, run_in_process, run_script, scalars
 from rlhf import tiny
 from rlhf.cli import UserError, parse_args
 from rlhf.evaluation.heldout import best_metric_name, describe, eval_interval, heldout_metrics
@@ -174,7 +174,7 @@ def test_the_plot_table_has_the_evaluation_columns(grpo_runs, tmp_path):
 
 @pytest.mark.slow
 def test_ppo_logs_the_held_out_win_rate_and_names_the_best_checkpoint(tiny_models, tmp_path):
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--total_episodes", "8", *EVAL))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--total_episodes", "8", *EVAL))
     assert_ok(result)
     assert_logged_with_intervals(tmp_path / "run", "eval/win_rate", [0, 1, 2, 3, 4])
     evaluations, state = eval_log(tmp_path / "run")
@@ -185,11 +185,11 @@ def test_ppo_logs_the_held_out_win_rate_and_names_the_best_checkpoint(tiny_model
     assert len(scalars(tmp_path / "run")["train/completions/mean_length"]) == 4
     # Nor do they change what is trained: the same run without them ends on the same weights, bit for bit (the
     # quickstart's PPO evaluates while it trains; bench/arms.py's arms do not).
-    plain = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "plain", "--total_episodes", "8", *SAME))
+    plain = run_in_process("train_ppo.py", *ppo_args(tiny_models, tmp_path / "plain", "--total_episodes", "8", *SAME))
     assert_ok(plain)
     assert_same_weights(tmp_path / "run", tmp_path / "plain")
     # Continued to 6 batches: the same starting policy's completions (cached), the evaluations and best so far kept.
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--total_episodes", "12", *EVAL))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, tmp_path / "run", "--total_episodes", "12", *EVAL))
     assert_ok(result)
     assert "compares with the policy at step" not in result.stdout
     evaluations, resumed = eval_log(tmp_path / "run")
@@ -203,7 +203,7 @@ def test_ppo_logs_the_held_out_win_rate_and_names_the_best_checkpoint(tiny_model
 def test_the_verifier_accuracy_and_its_gain_on_held_out_math(tiny_models, tmp_path):
     train = tiny.write_jsonl(tmp_path / "train.jsonl", MATH_ROWS)
     test = tiny.write_jsonl(tmp_path / "test.jsonl", MATH_ROWS[:6])
-    result = run_script("train_grpo.py", *grpo_args(
+    result = run_in_process("train_grpo.py", *grpo_args(
         tiny_models, tmp_path / "run", "--dataset_name", train, "--max_samples", "0", "--max_steps", "2",
         "--reward_funcs", "boxed_answer", "boxed_format", "--system_prompt", r"Put your final answer within \boxed{}.",
         "--eval_prompts", "4", "--eval_dataset_name", test))

@@ -14,7 +14,7 @@ from conftest import (
     error_line,
     grpo_args,
     ppo_args,
-    run_script,
+    run_in_process,
     script_command,
     start_script,
     wait_for,
@@ -43,7 +43,7 @@ def test_sigterm_saves_a_checkpoint_and_rerun_finishes_with_the_same_step_count(
     assert not (out / "model.safetensors").exists()  # no final model from an interrupted run
     assert not (out / "run.lock").exists()  # the folder is free again
 
-    result = run_script("train_grpo.py", *args)
+    result = run_in_process("train_grpo.py", *args)
     assert_ok(result)
     assert f"Resuming from {out / f'checkpoint-{stopped_at}'}" in result.stdout
     manifest = json.loads((out / "run_manifest.json").read_text())
@@ -59,8 +59,8 @@ def test_nan_reward_stops_the_run_naming_the_reward_model_and_step(tiny_models, 
     weights["score.weight"] = torch.full_like(weights["score.weight"], float("nan"))
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
 
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--max_steps", "2",
-                                                   reward_model=broken))
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, tmp_path / "run", "--max_steps", "2",
+                                                       reward_model=broken))
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -73,10 +73,10 @@ def test_nan_reward_stops_the_run_naming_the_reward_model_and_step(tiny_models, 
 def test_nan_loss_stops_the_run_before_it_is_checkpointed(tiny_models, tmp_path):
     out = tmp_path / "run"
     # A learning rate this large drives the tiny model's weights to inf/NaN within a few steps.
-    result = run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"],
-                        "--dataset_name", tiny_models["prompts"], "--output_dir", out, "--learning_rate", "1e30",
-                        "--max_steps", "6", "--logging_steps", "1", "--save_steps", "100", "--eval_samples", "0",
-                        "--per_device_train_batch_size", "4", "--max_grad_norm", "0")
+    result = run_in_process("train_reward_model.py", "--model_name_or_path", tiny_models["policy"],
+                            "--dataset_name", tiny_models["prompts"], "--output_dir", out, "--learning_rate", "1e30",
+                            "--max_steps", "6", "--logging_steps", "1", "--save_steps", "100", "--eval_samples", "0",
+                            "--per_device_train_batch_size", "4", "--max_grad_norm", "0")
     assert result.returncode == 1, result.stderr[-2000:]
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "became nan" in error[0].lower() and "at step" in error[0]
@@ -143,16 +143,16 @@ def test_a_grpo_run_resumed_or_continued_inside_a_generation_block_trains_what_o
                          "--lr_scheduler_type", "constant", "--learning_rate", "1e-2")
 
     whole = tmp_path / "whole"
-    assert_ok(run_script("train_grpo.py", *args(whole, 7)))
+    assert_ok(run_in_process("train_grpo.py", *args(whole, 7)))
     expected = final_weights(whole)
 
     # Continued from step 3, the first step of the second generation (its other half was never trained on).
     continued = tmp_path / "continued"
-    assert_ok(run_script("train_grpo.py", *args(continued, 3)))
-    assert_ok(run_script("train_grpo.py", *args(continued, 7)))
+    assert_ok(run_in_process("train_grpo.py", *args(continued, 3)))
+    assert_ok(run_in_process("train_grpo.py", *args(continued, 7)))
     # Resumed from step 5, inside the first generation of the second pass over the prompts (step 7 draws the next).
     resumed = tmp_path / "resumed"
-    assert_ok(run_script("train_grpo.py", *args(resumed, 7), "--resume_from_checkpoint", whole / "checkpoint-5"))
+    assert_ok(run_in_process("train_grpo.py", *args(resumed, 7), "--resume_from_checkpoint", whole / "checkpoint-5"))
     for run in (continued, resumed):
         weights = final_weights(run)
         differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
@@ -190,8 +190,9 @@ def test_a_ppo_or_reward_model_run_resumed_in_a_later_pass_trains_what_one_run_t
 
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     steps = resume_at + 1
-    assert_ok(run_script(script, *args(whole, steps)))
-    assert_ok(run_script(script, *args(resumed, steps), "--resume_from_checkpoint", whole / f"checkpoint-{resume_at}"))
+    assert_ok(run_in_process(script, *args(whole, steps)))
+    assert_ok(run_in_process(script, *args(resumed, steps), "--resume_from_checkpoint",
+                                 whole / f"checkpoint-{resume_at}"))
     expected, weights = final_weights(whole), final_weights(resumed)
     assert weights.keys() == expected.keys() and any(name.startswith("value_model") for name in expected) == (
         script == "train_ppo.py")
@@ -217,7 +218,7 @@ def test_an_interrupted_run_rerun_with_max_steps_before_its_checkpoint_is_refuse
     out = tmp_path / "run"
     args = script_args(tiny_models, out, "--reward_funcs", f"{tmp_path / 'stop.py'}:stop_at_3", "--save_steps", "10")
 
-    interrupted = run_script(script, *args, "--max_steps", "6")
+    interrupted = run_in_process(script, *args, "--max_steps", "6")
     assert interrupted.returncode == 130, interrupted.stderr[-2000:]
     assert sorted(path.name for path in out.glob("checkpoint-*")) == ["checkpoint-3"]
     before = {path: path.stat().st_mtime_ns for path in out.rglob("*")}
@@ -229,7 +230,7 @@ def test_an_interrupted_run_rerun_with_max_steps_before_its_checkpoint_is_refuse
         "resuming would train nothing; give --max_steps 3 or more to resume the run, or choose a new --output_dir")
     assert {path: path.stat().st_mtime_ns for path in out.rglob("*")} == before  # nothing touched
 
-    stopped_there = run_script(script, *args, "--max_steps", "3")  # where it stopped: it finishes there
+    stopped_there = run_in_process(script, *args, "--max_steps", "3")  # where it stopped: it finishes there
     assert_ok(stopped_there)
     assert (f"note: {out / 'checkpoint-3'} is step 3, where the run's training length ends: nothing is left to "
             "train, so the run finishes there.") in stopped_there.stdout

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import assert_ok, ppo_args, run_script
+from conftest import assert_ok, ppo_args, run_in_process
 from rlhf import tiny
 from rlhf.lifecycle import report
 from rlhf.lifecycle.health import HealthMonitor
@@ -83,7 +83,7 @@ def test_settings_come_from_the_configs_and_the_engine_from_the_manifest():
 @pytest.mark.slow
 def test_ppo_run_writes_the_report(tiny_models, tmp_path):
     out = tmp_path / "ppo"
-    assert_ok(run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4")))
+    assert_ok(run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4")))
     written = assert_report(out, "train_ppo.py", 2)
     assert written["settings"]["num_ppo_epochs"] == 1 and written["settings"]["kl_coef"] == 0.05
 
@@ -92,9 +92,9 @@ def test_ppo_run_writes_the_report(tiny_models, tmp_path):
 def test_reward_model_run_writes_the_report(tiny_models, tmp_path):
     data = tiny.write_jsonl(tmp_path / "pairs.jsonl", tiny.orca_rows(30))
     out = tmp_path / "reward"
-    assert_ok(run_script("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name",
-                         data, "--output_dir", out, "--max_steps", "3", "--logging_steps", "1",
-                         "--per_device_train_batch_size", "4", "--eval_samples", "6", "--save_steps", "2",
-                         "--seed", "0"))
+    assert_ok(run_in_process("train_reward_model.py", "--model_name_or_path", tiny_models["policy"], "--dataset_name",
+                             data, "--output_dir", out, "--max_steps", "3", "--logging_steps", "1",
+                             "--per_device_train_batch_size", "4", "--eval_samples", "6", "--save_steps", "2",
+                             "--seed", "0"))
     written = assert_report(out, "train_reward_model.py", 3)
     assert written["tokens_per_second"] is None or written["tokens_per_second"] > 0
