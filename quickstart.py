@@ -130,10 +130,18 @@ JUDGE_TRAINING = {
 
 
 def run_stage(name, command, timings, folder=None):
-    """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints."""
+    """Run one stage's script; a finished training stage (`folder`: its output_dir) then drops its checkpoints.
+
+    A training stage that finished with this very command has nothing to do: said at once, without starting its
+    script (each start costs seconds of torch, transformers and TRL imports before the script's own check says so).
+    """
     from rlhf.lifecycle.manifest import read_manifest
 
     print(f"\n=== {name} ===\n$ {script(command[0], *command[1:])}", flush=True)  # runs as printed
+    if folder is not None and finished_with(folder, command):
+        print(f"{name} finished earlier ({read_manifest(folder)['finished_at']}) with this command: nothing to do; "
+              f"its model is in {folder}", flush=True)
+        return
     earlier_run = folder is not None and bool(read_manifest(folder))
     start = time.perf_counter()
     stage = subprocess.Popen([sys.executable, *map(str, command)], cwd=ROOT)
@@ -145,6 +153,7 @@ def run_stage(name, command, timings, folder=None):
     if code == 0:
         if folder is not None:
             drop_checkpoints(name, folder)
+            record_finished(folder, command)
         return
     if code == USER_ERROR_EXIT_CODE and earlier_run:
         # The stage refused to go on with the run already in its folder, e.g. one trained with other settings (an
@@ -160,6 +169,39 @@ def run_stage(name, command, timings, folder=None):
                   "goes on from where it stopped")
     print(f"error: {advice}", file=sys.stderr)
     sys.exit(code)
+
+
+STAGES = "quickstart_stages.json"  # beside the stages' folders: the command each training stage last finished with
+
+
+def finished_with(folder, command):
+    """Whether the training stage in `folder` finished with `command`: its run is marked finished, at the time
+    recorded when that command ended (a run trained further or anew by hand since is not)."""
+    from rlhf.lifecycle.manifest import read_manifest
+
+    finished = read_manifest(folder).get("finished_at")
+    try:
+        recorded = json.loads((folder.parent / STAGES).read_text(encoding="utf-8")).get(folder.name)
+    except (OSError, ValueError):
+        return False
+    return bool(finished) and recorded == {"command": list(map(str, command)), "finished_at": finished}
+
+
+def record_finished(folder, command):
+    """Record the command a training stage finished with (`finished_with` reads it on the next run)."""
+    from rlhf.files import write_json
+    from rlhf.lifecycle.manifest import read_manifest
+
+    finished = read_manifest(folder).get("finished_at")
+    if not finished:
+        return
+    path = folder.parent / STAGES
+    try:
+        stages = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        stages = {}
+    stages[folder.name] = {"command": list(map(str, command)), "finished_at": finished}
+    write_json(path, stages)
 
 
 def rerun():
@@ -225,7 +267,8 @@ def health_alarms(folder):
 
 
 def up_to_date(report, models):
-    """True when `report` was written after every model it compares last finished: nothing to evaluate anew.
+    """True when `report` (the evaluation, the plots) was written after every model it reads last finished: nothing
+    to do anew.
 
     A finished run's manifest is written last, when its final model is saved.
     """
@@ -309,8 +352,12 @@ def cli(args=None):
     else:
         run_stage("evaluation", ["evaluate_generations.py", "--model_path", base, *trained, *data, *seed,
                                  "--output_file", evaluation, *settings["evaluate"]], timings)
-    run_stage("plots", ["plot_training_progress.py", "--log_dir", *trained, "--output", out / "training_progress.png",
-                        "--csv", out / "training_metrics.csv"], timings)
+    plots = out / "training_progress.png"
+    if up_to_date(plots, trained):
+        print(f"\n=== plots === up to date in {plots}")
+    else:
+        run_stage("plots", ["plot_training_progress.py", "--log_dir", *trained, "--output", plots, "--csv",
+                            out / "training_metrics.csv"], timings)
     timings["total"] = round(time.perf_counter() - begin, 1)
     summarize(out, args, evaluation, timings, trained, base)
 

@@ -89,10 +89,12 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert json.loads((out / "grpo" / "run_manifest.json").read_text())["config"]["GRPOTrainingConfig"]["top_p"] == 1
     assert json.loads((out / "evaluation.json").read_text())["config"]["top_p"] == 0.9
 
-    # Re-running has nothing to do: each finished stage says so (the scripts' own check), nothing is redone.
+    # Re-running has nothing to do: each finished stage says so at once, without starting its script; nothing is
+    # redone.
     again = run_script("quickstart.py", "--tiny", "--output_dir", out)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert again.stdout.count("nothing to do") == 4 and "=== evaluation === up to date" in again.stdout
+    assert again.stdout.count("with this command: nothing to do") == 4
+    assert "=== evaluation === up to date" in again.stdout and "=== plots === up to date" in again.stdout
     assert "deleted its checkpoints" not in again.stdout
 
 
