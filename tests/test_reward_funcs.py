@@ -255,3 +255,17 @@ def test_the_missing_eos_penalty_is_taken_from_completions_cut_off_before_a_stop
     assert penalty.__name__ == "missing_eos_penalty"  # TRL logs it as rewards/missing_eos_penalty/mean
     unknown = MissingEOSPenalty(1.0)  # no stop tokens: nothing can be read as cut off
     assert unknown(prompts=[None], completions=["a"], completion_ids=[[5, 6]]) == [0.0]
+
+
+def test_a_function_given_by_an_absolute_path_is_logged_under_its_file_name_not_a_tag_with_two_slashes(tmp_path):
+    from rlhf.evaluation.metrics import reward_function
+    from rlhf.rewards.functions import load_reward_funcs, logged_name
+
+    (tmp_path / "my_rewards.py").write_text("def brevity(completions, **kwargs):\n    return [0.0] * len(completions)")
+    absolute = f"{tmp_path / 'my_rewards.py'}:brevity"
+    assert logged_name(absolute) == "my_rewards.py:brevity"
+    for name in ("rewards/my_rewards.py:brevity", "../r.py:fn", "my_rewards.brevity", "boxed_answer", "reward_model"):
+        assert logged_name(name) == name  # relative paths, dotted paths and built-ins keep the name given
+    [func] = load_reward_funcs([absolute])
+    assert func.__name__ == "my_rewards.py:brevity"
+    assert reward_function(f"train/rewards/{func.__name__}/mean") == func.__name__

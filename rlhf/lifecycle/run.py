@@ -327,7 +327,10 @@ class TrainingRun:
 
         if not self.recorded:
             raise RuntimeError("record() the launch before training: each checkpoint keeps a copy of its manifest")
+        from rlhf.trl_compat import show_progress_bar
+
         self._watch(trainer)
+        show_progress_bar(trainer)  # the bar with the reward, KL and loss beside it; each log's dict goes to the logs
         guarded_train(trainer, self.output_dir, self.checkpoint)
 
     def _watch(self, trainer):
@@ -335,6 +338,7 @@ class TrainingRun:
         (TensorBoard...), so that the `health/<name>` values it adds to a log reach them."""
         from rlhf.lifecycle.health import Alarm, health_callback
         from rlhf.lifecycle.report import RunReport, read_report, report_callback, settings
+        from rlhf.rewards.functions import logged_name
         from rlhf.trl_compat import add_callback_before_reporters
 
         earlier = []  # a resumed or continued run keeps its alarms and does not raise them again
@@ -344,7 +348,8 @@ class TrainingRun:
             except (KeyError, TypeError):
                 earlier = []
         training = self.configs[-1]
-        names = next((config.reward_funcs for config in self.configs if hasattr(config, "reward_funcs")), [])
+        names = next(([logged_name(name) for name in config.reward_funcs] for config in self.configs
+                      if hasattr(config, "reward_funcs")), [])
         weights = getattr(training, "reward_weights", None) or [1.0] * len(names)
         flags = {"kind": self.script.removeprefix("train_").removesuffix(".py"),
                  "max_completion_length": getattr(training, "max_completion_length", None),

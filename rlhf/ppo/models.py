@@ -110,7 +110,10 @@ class PPORewards(torch.nn.Module):
 
     def __init__(self, names, funcs, weights, tokenizer, prompts, token_ids, stop_token_ids):
         super().__init__()
-        self.names, self.funcs, self.weights = list(names), list(funcs), list(weights or [1.0] * len(names))
+        from rlhf.rewards.functions import logged_name
+
+        self.names = [logged_name(name) for name in names]  # as GRPO logs them: rewards/<name>/mean
+        self.funcs, self.weights = list(funcs), list(weights or [1.0] * len(names))
         self.reward_model = funcs[self.names.index("reward_model")] if "reward_model" in self.names else None
         self.tokenizer = tokenizer
         self.stop_token_ids = set(stop_token_ids)

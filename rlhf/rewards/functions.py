@@ -139,6 +139,14 @@ def is_user_func(name):
     return name not in BUILTIN and ("." in name or ":" in name)
 
 
+def logged_name(name):
+    """The name a reward function is logged under (`rewards/<name>/mean`) and named by in alarms: the name
+    --reward_funcs gave, but a file given by an absolute path keeps only its file name (`/home/me/r.py:fn` ->
+    `r.py:fn`), where the whole path would make tags like `rewards//home/me/...`."""
+    by_file = _file_and_function(name) if is_user_func(name) else None
+    return f"{by_file[0].name}:{by_file[1]}" if by_file and by_file[0].is_absolute() else name
+
+
 def _file_and_function(path):
     """(the file, the function's name) of `path/to/file.py:function`, or None for a dotted import path."""
     file, colon, name = path.rpartition(":")
@@ -361,7 +369,7 @@ def load_reward_funcs(names, reward_model_scorer=None, boxed_rewards=(1.0, 0.0, 
         if name in REGISTRY:
             resolved[name] = CheckedRewardFunc(REGISTRY[name](boxed_rewards, stop_token_ids), name)
         elif is_user_func(name):
-            resolved[name] = CheckedRewardFunc(import_reward_func(name), name)
+            resolved[name] = CheckedRewardFunc(import_reward_func(name), logged_name(name))
         elif name != "reward_model":
             raise UserError(
                 f"unknown reward function '{name}'; use {', '.join(BUILTIN)}, a dotted import path (module.func) or "
