@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
 from rlhf.lifecycle.lock import release_locks
-from rlhf.lifecycle.signals import abort, handle_stop_signals, restore
+from rlhf.lifecycle.signals import Ending, abort, handle_stop_signals, restore
 from rlhf.processes import is_main_process
 from rlhf.spellings import TRANSLATED_FLAGS, did_you_mean, translate_flags
 from rlhf.trl_compat import parser_actions
@@ -241,6 +241,8 @@ def exit_on_user_error(main):
             raise
         finally:
             restore(sigterm)
+            if code is not None:  # ended: a signal from here on (the exit's own teardown) is said, not a traceback
+                handle_stop_signals(Ending(code, is_main_process()))
             release_locks()  # every way out (done, refused, interrupted, NaN) frees the output folder
             if _close_process_group() and code is not None:
                 from rlhf.trl_compat import exit_now  # (torch is loaded already: there is a process group)

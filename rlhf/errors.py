@@ -17,7 +17,14 @@ class NothingToDo(Exception):
 
 
 class NonFiniteError(RuntimeError):
-    """A reward or loss that is NaN or infinite: training stops rather than learn from it (exit code 1)."""
+    """A reward or loss that is NaN or infinite: training stops rather than learn from it (exit code 1).
+
+    `advice`: what to look at, said after the message (where the value came from decides it: a reward function's or
+    a model's NaN before any update has nothing to do with the learning rate)."""
+
+    def __init__(self, message, advice="Lower the learning rate or check the reward."):
+        super().__init__(message)
+        self.advice = advice
 
 
 def first_line(error):

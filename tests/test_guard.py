@@ -4,6 +4,7 @@ Real runs that are interrupted are in test_interruption.py (one process) and tes
 """
 
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -48,6 +49,18 @@ def test_a_stop_saves_a_checkpoint_after_the_step_and_ends_once_it_is_saved():
 def test_a_non_finite_loss_or_gradient_norm_stops_the_run_naming_it_and_the_step(key, value):
     with pytest.raises(NonFiniteError, match=rf"^training {key} became {value} at step 3$"):
         TrainingGuard().on_log(ARGS, TrainerState(global_step=3), TrainerControl(), logs={key: value})
+
+
+def test_a_non_finite_number_at_the_first_step_points_to_the_dtype_and_the_rewards_before_the_learning_rate():
+    from rlhf.rewards.reward_model import check_finite
+
+    for step, first in ((1, "It came in the first step"), (2, "Lower the learning rate")):
+        with pytest.raises(NonFiniteError) as stop:
+            TrainingGuard().on_log(ARGS, TrainerState(global_step=step), TrainerControl(), logs={"loss": math.nan})
+        assert stop.value.advice.startswith(first)
+    with pytest.raises(NonFiniteError) as stop:  # a reward scored NaN: the scorer, whatever the step
+        check_finite([1.0, math.nan], "reward model", 1)
+    assert stop.value.advice.startswith("Check reward model: it scored the completions themselves")
 
 
 def test_finite_logs_pass():
@@ -206,3 +219,32 @@ def test_a_signal_that_reaches_one_process_stops_both_at_the_same_checkpoint(sig
                 process.kill()
     outcomes = sorted(results.get(timeout=5) for _ in processes)
     assert outcomes == [(0, True, "stopped at step 4"), (1, True, "stopped at step 4")]
+
+
+ENDED_THEN_SIGNALLED = """
+import atexit, os, signal, time
+from rlhf.cli import exit_on_user_error
+
+@exit_on_user_error
+def main():
+    print("Saved the final model.", flush=True)
+    # a signal in the exit's own teardown (atexit runs after the script's exit code is known)
+    atexit.register(lambda: (os.kill(os.getpid(), signal.SIG{name}), time.sleep(0.5)))
+
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["INT", "TERM"])
+def test_a_signal_after_the_script_ended_is_said_in_one_line_and_the_exit_keeps_its_code(name):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-c", ENDED_THEN_SIGNALLED.format(name=name)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == (f"SIG{name} received after the script ended (exit code 0): what it saved stays; "
+                                     "exiting (again to end at once)")

@@ -70,7 +70,12 @@ class TrainingGuard(TrainerCallback):
         for key in WATCHED:
             value = (logs or {}).get(key)
             if isinstance(value, float) and not math.isfinite(value):
-                raise NonFiniteError(f"training {key} became {value} at step {state.global_step}")
+                message = f"training {key} became {value} at step {state.global_step}"
+                if state.global_step <= 1:  # from the weights as loaded (or within the first rollout's updates)
+                    raise NonFiniteError(message, "It came in the first step, from the weights as loaded: check the "
+                                         "model's --dtype first (float16 overflows: float32, or bfloat16) and the "
+                                         "rewards, then the learning rate.")
+                raise NonFiniteError(message)
 
 
 def _any_process(flag, args):
@@ -138,8 +143,7 @@ def guarded_train(trainer, output_dir, resume_from=None):
         checkpoint = last_checkpoint(output_dir)
         kept = f"the last good checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written"
         # The leading newline ends the progress bar's line, so the error starts a line of its own.
-        print(f"\nerror: {error}; training stopped ({kept}). Lower the learning rate or check the reward.",
-              file=sys.stderr)
+        print(f"\nerror: {error}; training stopped ({kept}). {error.advice}", file=sys.stderr)
         sys.exit(NON_FINITE_EXIT_CODE)
     finally:
         restore(handlers)

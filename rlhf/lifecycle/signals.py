@@ -4,10 +4,16 @@
   for SIGTERM by `rlhf.cli.exit_on_user_error`; Ctrl-C is Python's KeyboardInterrupt already).
 - Training: finish the step, save a checkpoint, then stop; a second signal aborts (`guard.TrainingGuard`).
 - Evaluation: keep the models finished, then stop; a second signal aborts (`StopOnSignal`).
+- Once a script has ended (its exit code known, everything it writes written): said in one line, the exit goes on
+  (`Ending`, installed by `rlhf.cli.exit_on_user_error`); a second signal ends the process at once, exit 130.
 """
 
+import os
 import signal
+import sys
 from pathlib import Path
+
+from rlhf.errors import INTERRUPTED_EXIT_CODE
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -76,3 +82,20 @@ def _finalizer(code):
     """Whether `code` may run as a finalizer, where Python prints and drops an exception: `__del__`, or anything in
     weakref.py (its callbacks; deferring a signal that lands in its other code only delays it to `check()`)."""
     return code.co_name == "__del__" or Path(code.co_filename).name == "weakref.py"
+
+
+class Ending:
+    """The handler of SIGINT and SIGTERM once a script has ended with exit code `code`: nothing is left to save or to
+    lose, so the first signal is said in one line (by the main process) and the exit goes on with `code`, where
+    Python would end in silence with 130 or a KeyboardInterrupt traceback; a second signal ends it at once (130)."""
+
+    def __init__(self, code, main_process=True):
+        self.code, self.main_process, self.said = code, main_process, False
+
+    def __call__(self, signum, frame):
+        if self.said:
+            os._exit(INTERRUPTED_EXIT_CODE)
+        self.said = True
+        if self.main_process:
+            print(f"\n{signal.Signals(signum).name} received after the script ended (exit code {self.code}): what it "
+                  "saved stays; exiting (again to end at once)", file=sys.stderr, flush=True)

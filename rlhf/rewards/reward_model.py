@@ -249,8 +249,9 @@ def check_finite(values, source, step):
     if bad:
         raise NonFiniteError(
             f"{source} returned {len(bad)} non-finite value(s) (e.g. {bad[0]}) out of {len(values)} "
-            f"while computing step {step}"
-        )
+            f"while computing step {step}",
+            f"Check {source}: it scored the completions themselves (a reward model loaded in float16 can overflow: "
+            "--reward_model_dtype float32).")
 
 
 def reward_model_scorer(path, dtype, trust_remote_code, device, batch_size=16, what="reward model"):
