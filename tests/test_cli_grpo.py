@@ -29,6 +29,9 @@ def test_full_run_logs_kl_and_reward_and_saves_a_loadable_model(tiny_models, tmp
     assert [step for step, _ in logged["train/kl"]] == [1, 2]
     assert [step for step, _ in logged["train/reward"]] == [1]  # rewards are logged where they are generated
     assert "train/rewards/reward_model/mean" in logged
+    # The console: the progress bar with the latest reward, KL and loss beside it, not each log's dict (in the logs)
+    assert "{'loss'" not in result.stdout + result.stderr and "'grad_norm'" not in result.stdout + result.stderr
+    assert "2/2 [" in result.stderr and ", reward=" in result.stderr and ", kl=" in result.stderr
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.vocab_size == AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).config.vocab_size
     manifest = json.loads((out / "run_manifest.json").read_text())

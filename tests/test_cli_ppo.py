@@ -26,10 +26,12 @@ def test_full_run_saves_policy_and_value_model_and_logs_the_objective(tiny_model
 
     out = tmp_path / "ppo"
     # Rollouts of 4 prompts, trained on in mini-batches of 2 (--per_device_train_batch_size): 8 episodes, 2 rollouts.
-    assert_ok(run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8",
-                                                       "--prompts_per_rollout", "4")))
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8",
+                                                   "--prompts_per_rollout", "4"))
+    assert_ok(result)
     logged = scalars(out)
     assert [step for step, _ in logged["train/objective/kl"]] == [1, 2]
+    assert "{'eps'" not in result.stdout + result.stderr and "2/2 [" in result.stderr and ", reward=" in result.stderr
     for tag in ("train/objective/scores", "train/loss/policy_avg", "train/loss/value_avg", "train/objective/kl_coef"):
         assert tag in logged
     assert all(value == pytest.approx(0.05) for _, value in logged["train/objective/kl_coef"])  # fixed without target

@@ -366,6 +366,7 @@ def health_callback(flags, raised=()):
     from transformers import TrainerCallback
 
     from rlhf.processes import is_main_process
+    from rlhf.trl_compat import say
 
     class HealthCallback(TrainerCallback):
         def __init__(self):
@@ -378,7 +379,7 @@ def health_callback(flags, raised=()):
             for alarm in self.monitor.observe(logs, state.global_step):
                 logs[f"health/{alarm.name}"] = 1.0
                 if is_main_process():
-                    print(alarm.line, flush=True)
+                    say(alarm.line)
 
     return HealthCallback()
 

@@ -55,7 +55,13 @@ from rlhf.ppo.checkpoint import VALUE_MODEL_DIR, Checkpointing, RecordedPasses
 from rlhf.ppo.maths import completion_lengths, peft_module_casting_to_bf16
 from rlhf.ppo.rollout import STEP_STATS, RolloutSteps
 from rlhf.rewards.reward_model import turn_end_ids
-from rlhf.trl_compat import ExportableState, disable_dropout_in_model, is_optimizer_factory, prepare_deepspeed
+from rlhf.trl_compat import (
+    ExportableState,
+    disable_dropout_in_model,
+    is_optimizer_factory,
+    prepare_deepspeed,
+    say,
+)
 
 __all__ = ["VALUE_MODEL_DIR", "PPOTrainer", "check_critic_warmup"]
 
@@ -294,6 +300,10 @@ class PPOTrainer(RolloutSteps, Checkpointing):
         """Add a transformers `TrainerCallback` (an instance or a class), called after those already there."""
         self.callback_handler.add_callback(callback)
 
+    def pop_callback(self, callback):
+        """Remove a callback (an instance, or the first of a class) and return it, or None: transformers' API."""
+        return self.callback_handler.pop_callback(callback)
+
     def log(self, logs):
         """Log `logs` (with the epoch) at the current step: into `state.log_history` and every callback's `on_log`
         (TensorBoard, the progress bar, the health checks)."""
@@ -386,12 +396,12 @@ class PPOTrainer(RolloutSteps, Checkpointing):
             line = kl_horizon_note("--kl_coef", args.target_kl, rollouts - args.critic_warmup - 1,
                                    self.sizes.batch_size, args.kl_horizon, "episodes", "rollouts")
             if line:
-                print(line, flush=True)
+                say(line)
         if args.critic_warmup:
-            print(f"note: --critic_warmup {args.critic_warmup}: the first {args.critic_warmup} of the run's "
+            say(f"note: --critic_warmup {args.critic_warmup}: the first {args.critic_warmup} of the run's "
                   f"{rollouts} rollouts train the value model alone, at --learning_rate; the policy "
                   f"trains in the other {rollouts - args.critic_warmup}, over which its learning-rate "
-                  "schedule runs (objective/critic_warmup marks the warm-up)", flush=True)
+                  "schedule runs (objective/critic_warmup marks the warm-up)")
 
     def _enter_phase(self, warming):
         """Before a rollout: whether it is one of the critic's warm-up, and the learning rates it trains at. In the
@@ -469,10 +479,10 @@ class PPOTrainer(RolloutSteps, Checkpointing):
                        "model still learns)"
                        if not (self.is_deepspeed_enabled or self.is_fsdp_enabled)
                        else "it is not trained on (under DeepSpeed or FSDP the value model skips it too)")
-            print(f"PPO step {self.state.global_step + 1}: every completion of a rollout scored the same "
+            say(f"PPO step {self.state.global_step + 1}: every completion of a rollout scored the same "
                   f"(objective/scores {metrics['objective/scores']:.3g}): no reward signal, so its advantages are 0 "
                   f"and {skipped} (said once; objective/advantages_zeroed marks them; "
-                  "--skip_rollouts_without_signal false trains on them as TRL does)", flush=True)
+                  "--skip_rollouts_without_signal false trains on them as TRL does)")
         if self._lengths:
             lengths = gathered(torch.cat(self._lengths)).float()
             clipped = gathered(torch.cat(self._clipped)).float()

@@ -85,7 +85,7 @@ class DeepSpeedGuessesCPU(logging.Filter):
 
 _silence_known_warnings()
 
-from transformers import TrainerCallback  # noqa: E402
+from transformers import ProgressCallback, TrainerCallback  # noqa: E402
 from trl import TrlParser  # noqa: E402 (after the filters: importing TRL can warn)
 
 # Where each name lives: TRL's, transformers' (where not in its documented API) or our fix of it. Every module of the
@@ -148,6 +148,47 @@ def close_progress_bar(trainer):
         if bar is not None:
             bar.close()
             callback.training_bar = None
+
+
+# The figures shown beside the progress bar, each under the first of the names GRPO, PPO or the reward model log it.
+PROGRESS_FIGURES = {"reward": ("reward", "objective/scores"), "kl": ("kl", "objective/kl"),
+                    "loss": ("loss", "loss/policy_avg")}
+
+
+class ProgressBar(ProgressCallback):
+    """transformers' progress bar, with the latest reward, KL and loss beside it instead of each log's whole dict
+    (25-30 keys in GRPO and PPO) written under it: every logged value is in the run's logs already (TensorBoard,
+    `trainer_state.json`), and the console keeps the bar and the lines that say something new. Reads the bar from
+    `training_bar`, as `close_progress_bar` does (transformers 5.23)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or self.training_bar is None:
+            return
+        shown = {}
+        for label, names in PROGRESS_FIGURES.items():
+            value = next((logs[name] for name in names if isinstance((logs or {}).get(name), (int, float))), None)
+            if value is not None:
+                shown[label] = f"{value:.4g}"
+        if shown:
+            self.training_bar.set_postfix(shown, refresh=False)
+
+
+def say(line):
+    """Print a line while a run trains: through tqdm, which clears the progress bar's line first and draws the bar
+    again under it (a plain print would land at the end of the bar's line)."""
+    import sys
+
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stdout)
+    sys.stdout.flush()
+
+
+def show_progress_bar(trainer):
+    """Put `ProgressBar` where transformers' `ProgressCallback` is among a trainer's callbacks (not where
+    `--disable_tqdm` printed each log instead)."""
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(ProgressBar)
 
 
 class ReachedTheEnd(Exception):

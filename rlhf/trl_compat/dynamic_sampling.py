@@ -166,13 +166,15 @@ class DynamicSampling:
         metrics["dynamic_sampling/rounds"].append(len(outputs))
         metrics["dynamic_sampling/cap_reached"].append(float(differ < target))
         if differ < target and not self._cap_said:
+            from rlhf.trl_compat import say
+
             self._cap_said = True
             if self.accelerator.is_main_process:
-                print(f"note: dynamic sampling reached --dynamic_sampling_max_gen_batches "
+                say(f"note: dynamic sampling reached --dynamic_sampling_max_gen_batches "
                       f"{self.args.dynamic_sampling_max_gen_batches} at step {self.state.global_step + 1}: "
                       f"{differ} of the {target} groups it trains on have rewards that differ, the other "
                       f"{target - differ} got one reward (advantage 0); each generation where it happens again is "
-                      "counted in dynamic_sampling/cap_reached, not said", flush=True)
+                      "counted in dynamic_sampling/cap_reached, not said")
         return output
 
     def _extra_inputs(self, inputs, round_, target):

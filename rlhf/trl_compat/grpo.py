@@ -30,7 +30,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from rlhf.trl_compat import check_trl_version
+from rlhf.trl_compat import check_trl_version, say
 from rlhf.trl_compat.dynamic_sampling import DynamicSampling
 
 check_trl_version()
@@ -211,7 +211,7 @@ class _KLHorizonNote(TrainerCallback):
         line = kl_horizon_note("--beta", args.target_kl, (state.max_steps - 1) // every, every * per_step,
                                args.kl_horizon, "completions", "logs (every --logging_steps steps)")
         if line and state.is_world_process_zero:
-            print(line, flush=True)
+            say(line)
 
 
 class _SamplerPass(TrainerCallback):
