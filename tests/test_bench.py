@@ -301,6 +301,7 @@ def test_the_gpu_checks_ratios_use_the_runs_that_finished_pair_by_pair():
     assert gpu_check.ratio(chunks, "ppo_chunk64", "ppo_chunk16")["per_pair"] == [0.5]  # matched by name, variant aside
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="a process group is stopped as a whole on POSIX")
 def test_a_run_past_its_deadline_is_stopped_with_everything_it_started(tmp_path, monkeypatch):
     monkeypatch.setattr("bench.measure.STOP_GRACE_S", 1)

@@ -530,6 +530,7 @@ def test_grpo_with_boxed_answer_on_data_without_reference_answers_is_refused_bef
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["model", "dataset"])
 def test_an_unreachable_hub_is_said_in_one_line_at_once_not_after_retries(tiny_models, tmp_path, what):
     # Nothing listens on port 9 here: the connection is refused at once, as with no network. huggingface_hub would
@@ -547,6 +548,7 @@ def test_an_unreachable_hub_is_said_in_one_line_at_once_not_after_retries(tiny_m
     assert "Retry" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["train_grpo.py", "evaluate_generations.py"])
 def test_prompts_longer_than_a_fitted_length_are_refused_saying_what_fits(tiny_models, tmp_path, run_cli, script):
     # 128 positions, 120 of them for the completion: the default --max_prompt_length is fitted to 8, and every prompt

@@ -72,6 +72,7 @@ def test_reward_model_with_another_tokenizer_is_refused_before_model_work(tiny_m
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_ppo_takes_a_reward_model_without_a_chat_template_as_it_reads_the_policys_token_ids(tiny_models, tmp_path):
     # GRPO and the evaluation refuse one (tests/test_cli_errors.py): they render text with the reward model's template
     tokenizer = tiny.build_tokenizer()  # the policy's vocabulary

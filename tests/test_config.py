@@ -530,6 +530,7 @@ def trl_grpo_yaml(models, path, output_dir):
     return config
 
 
+@pytest.mark.slow
 def test_a_yaml_written_for_trl_grpo_runs_unchanged_with_train_grpo(tiny_models, tmp_path):
     import json
 

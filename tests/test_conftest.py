@@ -16,6 +16,7 @@ def run_pytest(*args):
     return subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_without_xdist_the_suite_runs_in_one_process():
     result = run_pytest("-p", "no:xdist")  # as where pytest-xdist is not installed
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -35,6 +35,7 @@ def hold():
     release_locks()
 
 
+@pytest.mark.slow
 def test_a_second_run_is_refused_in_one_line_naming_the_holder(tmp_path, hold):
     holder = hold(tmp_path)
     record = json.loads((tmp_path / LOCK).read_text())
@@ -47,6 +48,7 @@ def test_a_second_run_is_refused_in_one_line_naming_the_holder(tmp_path, hold):
     assert json.loads((tmp_path / LOCK).read_text()) == record  # the holder's record is left alone
 
 
+@pytest.mark.slow
 def test_a_killed_runs_lock_is_taken_over_saying_so(tmp_path, hold, capsys):
     holder = hold(tmp_path)
     started = json.loads((tmp_path / LOCK).read_text())["started_at"]
@@ -77,6 +79,7 @@ def test_release_removes_the_record_and_a_folder_it_created_and_is_safe_twice(tm
     assert os.listdir(tmp_path) == ["notes.txt"]  # only the lock's files go
 
 
+@pytest.mark.slow
 def test_a_run_on_another_host_is_judged_by_the_os_lock(tmp_path, hold, capsys):
     hold(tmp_path)
     lock = tmp_path / LOCK
@@ -92,6 +95,7 @@ def test_a_run_on_another_host_is_judged_by_the_os_lock(tmp_path, hold, capsys):
     assert "took over" in capsys.readouterr().out and json.loads((other / LOCK).read_text())["pid"] == os.getpid()
 
 
+@pytest.mark.slow
 def test_the_processes_of_one_launch_share_the_lock(tmp_path, hold):
     main = hold(tmp_path, {**LAUNCH, "RANK": "0"})
     rank1 = subprocess.run([sys.executable, "-c", "import sys; from rlhf.lifecycle.lock import _held, lock_output_dir;"

@@ -101,6 +101,7 @@ def test_the_completions_trained_on_are_recorded(hooks):
         assert stop_token_ids == (hooks.processing_class.eos_token_id,)  # stop_token="eos": the tiny model's one
 
 
+@pytest.mark.slow
 def test_a_kl_coefficient_set_after_a_batch_is_the_next_batchs_penalty(hooks):
     import torch
     from transformers import TrainerCallback
@@ -178,6 +179,7 @@ MINI_BATCH_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", MINI_BATCH_CASES)
 def test_a_rollout_takes_one_optimizer_step_per_mini_batch_and_ppo_epoch(tiny_models, tmp_path, case):
     per_device, accumulation, mini_batches, epochs = MINI_BATCH_CASES[case]
@@ -220,6 +222,7 @@ def test_the_ratios_variance_is_logged_where_there_are_several_ratios_and_never_
     assert all(math.isfinite(log["val/ratio_var"]) for log in logged[2])
 
 
+@pytest.mark.slow
 def test_max_steps_trains_that_many_rollouts(tiny_models, tmp_path):
     trainer = tiny_hooks(tiny_models, tmp_path, per_device_train_batch_size=2, total_episodes=None, max_steps=3)
     trainer.train()
@@ -227,6 +230,7 @@ def test_max_steps_trains_that_many_rollouts(tiny_models, tmp_path):
     assert (trainer.state.global_step, trainer.state.episode, trainer.state.max_steps) == (3, 6, 3)
 
 
+@pytest.mark.slow
 def test_logging_steps_logs_the_mean_of_the_rollouts_since_the_last_log(tiny_models, tmp_path):
     runs = {}
     for every in (1, 3):  # 4 rollouts of 2 prompts; the same seed draws the same rollouts
@@ -277,6 +281,7 @@ def test_ppo_is_a_trainer_of_its_own_and_offers_none_of_transformers_trainers_ot
     assert {"add_callback", "train", "save_model", "state", "control", "callback_handler", "args"} <= set(dir(hooks))
 
 
+@pytest.mark.slow
 def test_a_run_resumed_by_train_from_a_checkpoint_trains_what_one_run_trains(tiny_models, tmp_path):
     """`train(resume_from_checkpoint=...)` in a trainer built afresh gives the weights, logs and KL coefficient of one
     uninterrupted run (3 rollouts, resumed after the first; True: the newest checkpoint in output_dir)."""
@@ -327,6 +332,7 @@ def test_optimizer_scheduler_and_random_state_come_back_from_a_checkpoint(hooks)
 # ---- Under DDP: saving and the LoRA reference (TRL's read them through the DDP wrapper) ----
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_under_ddp_training_saves_loadable_checkpoints_and_policy(tiny_models, tmp_path, lora):
     from peft import PeftModel
@@ -387,6 +393,7 @@ def test_rollouts_sample_from_the_nucleus_and_keep_the_whole_distributions_log_p
     assert torch.isinf(torch.stack(plain.scores, 1)).any()
 
 
+@pytest.mark.slow
 def test_a_nucleus_rollout_starts_at_kl_0_from_the_reference(hooks):
     from transformers import TrainerCallback
 
@@ -422,6 +429,7 @@ class _Scores:
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("equal, skip", [(True, True), (True, False), (False, True)])
 def test_a_rollout_without_signal_gets_advantages_of_0_and_moves_only_the_value_model(hooks, equal, skip):
     import torch
@@ -439,6 +447,7 @@ def test_a_rollout_without_signal_gets_advantages_of_0_and_moves_only_the_value_
     assert value_moved  # the returns the value model learns are computed before the advantages are whitened
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("whiten", [True, False])
 def test_advantages_are_gaes_scaled_to_mean_0_and_variance_1_only_when_whitened(hooks, monkeypatch, whiten):
     """--whiten_advantages false keeps GAE's advantages as the trainer computed them; whitened (TRL's), they are the
@@ -511,6 +520,7 @@ def golden_run(tiny_models, tmp_path):
     return figures
 
 
+@pytest.mark.slow
 def test_a_golden_run_gives_the_figures_pinned(tiny_models, tmp_path):
     figures = golden_run(tiny_models, tmp_path)
     for name, expected in GOLDEN.items():
@@ -539,6 +549,7 @@ class _SignalThenFlat(_Scores):
         return scores
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("skip", [True, False])
 def test_a_rollout_without_signal_after_one_with_signal_leaves_the_policy_where_it_was_momentum_included(
         hooks, skip):
@@ -610,6 +621,7 @@ def test_masked_whiten_with_totals_uses_the_statistics_of_every_process():
     assert pieces[0][mask].std() < 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True])
 def test_gradient_checkpointing_is_applied_to_both_trained_models_and_changes_no_number(tiny_models, tmp_path, lora):
     """TRL's PPO took --gradient_checkpointing and never applied it. Applied, it recomputes activations in the
@@ -634,6 +646,7 @@ def test_gradient_checkpointing_is_applied_to_both_trained_models_and_changes_no
 # ---- The critic's warm-up (--critic_warmup) ----
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_a_critic_warmup_trains_the_value_model_alone_and_the_policys_schedule_starts_after_it(tiny_models, tmp_path,
                                                                                             lora):
@@ -675,6 +688,7 @@ def test_a_critic_warmup_trains_the_value_model_alone_and_the_policys_schedule_s
     assert all(trainer.optimizer.state[p]["step"].item() == 2 for p in policy)
 
 
+@pytest.mark.slow
 def test_a_critic_warmup_holds_the_kl_coefficient_and_a_schedule_that_warms_up_still_trains_the_value_model(
         tiny_models, tmp_path):
     import torch
@@ -710,6 +724,7 @@ def test_the_critic_warmup_refusal_names_every_flag_that_sets_the_runs_length():
     assert "give at most 2" in str(refused.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True])
 def test_the_value_model_stepped_before_the_policy_gives_the_weights_of_one_step_of_both(tiny_models, tmp_path, lora):
     """One process without accumulation steps the value model, then the policy, so that their gradients never take

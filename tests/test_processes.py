@@ -64,6 +64,7 @@ def test_a_gpu_run_needs_a_visible_gpu_and_no_use_cpu(monkeypatch, cuda, use_cpu
     assert on_gpu(use_cpu) is expected
 
 
+@pytest.mark.slow
 def test_importing_the_configs_sets_no_accelerate_state_up():
     # config.py holds the trainers' configs (TRL's, on transformers: torch is imported), but building none of them
     # may create accelerate's PartialState: under a CPU torchrun an early one counts each process as the only one.

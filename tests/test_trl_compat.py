@@ -60,6 +60,7 @@ def test_a_script_refuses_another_trl_release_in_one_line_before_it_creates_anyt
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_each_silenced_warning_is_one_a_tiny_ppo_run_still_gives(tiny_models, tmp_path):
     from rlhf.trl_compat import KNOWN_WARNINGS, _silence_known_warnings
     from test_ppo_trainer import tiny_hooks
@@ -193,6 +194,7 @@ def tiny_trainer(output_dir, max_steps):
     return Trainer(model=OneWeight(), args=args, train_dataset=[{"x": torch.ones(1)}] * 16)
 
 
+@pytest.mark.slow
 def test_a_run_resumed_at_its_last_step_trains_no_step_past_it_where_transformers_alone_trains_one(tmp_path):
     import torch
 
@@ -246,6 +248,7 @@ def tiny_grpo_run(tiny_models, output_dir, trainer_class, resume_from_checkpoint
     return generations, trainer.model.state_dict()
 
 
+@pytest.mark.slow
 def test_grpo_resumed_inside_a_generation_trains_on_it_as_one_run_does_where_trl_alone_generates_again(
         tiny_models, tmp_path):
     import torch
@@ -292,6 +295,7 @@ def test_grpo_trains_with_the_cpu_vocabulary_tile_and_puts_trls_back(tiny_models
     assert utils._CHUNKED_LOGPROB_CHUNK_SIZE == trls  # TRL's own once training ends
 
 
+@pytest.mark.slow
 def test_the_resumable_generation_is_a_piece_trls_rloo_trainer_shares(tiny_models, tmp_path):
     """TRL 1.16's RLOOTrainer generates and buffers as GRPO's does: `ResumableGeneration` resumes it exactly too."""
     import torch
@@ -392,6 +396,7 @@ def test_the_private_names_the_compat_layer_reads_are_still_there():
         deepspeed.unset_hf_deepspeed_config()
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_reads_trls_gathered_rewards_scored_batch_and_zero_std_metric(tiny_models, tmp_path):
     """`DynamicSampling` relies on TRL 1.16's GRPOTrainer: `_calculate_rewards` returning every process's rewards,
     `_generate_and_score_completions` returning the tensors `take_rows` knows how to pad, one `frac_reward_zero_std`

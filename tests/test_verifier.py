@@ -146,6 +146,7 @@ def test_boxed_answer_counts_and_logs_what_it_could_not_check(caplog):
     assert "2 of 4 completions were too costly to check" in caplog.text
 
 
+@pytest.mark.slow
 def test_math_verify_is_imported_only_for_the_math_reward():
     code = (
         "import sys; from rlhf.rewards.functions import load_reward_funcs; "
