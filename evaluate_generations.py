@@ -26,7 +26,6 @@ import functools
 import logging
 import sys
 
-from config import EvalArguments, RewardArguments
 from rlhf import preflight
 from rlhf.checks import prompt_room
 from rlhf.cli import UserError, exit_on_user_error, parse_args
@@ -173,9 +172,16 @@ def per_prompt(result):
     return [p["completions"] for p in result["prompts"]]
 
 
+def configs():
+    """The config classes, imported after the flag table is read (`rlhf.cli.parse_args`): config.py loads TRL."""
+    from config import EvalArguments, RewardArguments
+
+    return EvalArguments, RewardArguments
+
+
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((EvalArguments, RewardArguments), args, __doc__))
+    main(*parse_args(configs, args, __doc__))
 
 
 if __name__ == "__main__":

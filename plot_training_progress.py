@@ -225,9 +225,13 @@ def _panel(ax, column, runs, tags, colors, smoothing):
     return True
 
 
+def configs():
+    return (PlotArguments,)
+
+
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((PlotArguments,), args, __doc__))
+    main(*parse_args(configs, args, __doc__))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ it has nothing to do, and with a higher --max_steps (or --num_train_epochs) it c
 import functools
 import logging
 
-from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments, Sampling
 from rlhf import preflight
 from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
@@ -45,6 +44,7 @@ def main(model_args, data_args, reward_args, training_args):
 
     from transformers import set_seed
 
+    from config import Sampling
     from rlhf.trl_compat import ResumableGRPOTrainer, add_reward_func
 
     set_seed(training_args.seed)
@@ -105,9 +105,16 @@ def main(model_args, data_args, reward_args, training_args):
                f"{training_args.output_dir}.")
 
 
+def configs():
+    """The config classes, imported after the flag table is read (`rlhf.cli.parse_args`): config.py loads TRL."""
+    from config import GRPOTrainingConfig, ModelArguments, PromptDataArguments, RewardArguments
+
+    return ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig
+
+
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((ModelArguments, PromptDataArguments, RewardArguments, GRPOTrainingConfig), args, __doc__))
+    main(*parse_args(configs, args, __doc__))
 
 
 if __name__ == "__main__":

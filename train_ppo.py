@@ -21,7 +21,6 @@ it has nothing to do, and with a higher --total_episodes (or --num_train_epochs)
 
 import logging
 
-from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments, Sampling
 from rlhf import preflight
 from rlhf.batches import ppo_rollouts
 from rlhf.checks import prompt_room
@@ -36,6 +35,7 @@ from rlhf.rewards.reward_model import ensure_distinct_pad
 
 def main(model_args, data_args, training_args):
     # Imported here, inside cli(): after the flags are parsed, so that --help and a flag's error come at once.
+    from config import Sampling
     from rlhf.ppo.models import PPORewards, load_ppo_models
     from rlhf.ppo.trainer import VALUE_MODEL_DIR, PPOTrainer, check_critic_warmup
 
@@ -116,9 +116,16 @@ def main(model_args, data_args, training_args):
                f"{VALUE_MODEL_DIR}/ in it.", episode=trainer.state.episode)
 
 
+def configs():
+    """The config classes, imported after the flag table is read (`rlhf.cli.parse_args`): config.py loads TRL."""
+    from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
+
+    return PPOModelArguments, PromptDataArguments, PPOTrainingConfig
+
+
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), args, __doc__))
+    main(*parse_args(configs, args, __doc__))
 
 
 if __name__ == "__main__":

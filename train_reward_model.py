@@ -16,7 +16,6 @@ import json
 import logging
 from pathlib import Path
 
-from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
 from rlhf import preflight
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_preference_dataset, load_rows
@@ -87,9 +86,16 @@ def main(model_args, data_args, training_args):
     run.finish(trainer, f"Saved the reward model to {training_args.output_dir}.")
 
 
+def configs():
+    """The config classes, imported after the flag table is read (`rlhf.cli.parse_args`): config.py loads TRL."""
+    from config import ModelArguments, PreferenceDataArguments, RewardTrainingConfig
+
+    return ModelArguments, PreferenceDataArguments, RewardTrainingConfig
+
+
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args((ModelArguments, PreferenceDataArguments, RewardTrainingConfig), args, __doc__))
+    main(*parse_args(configs, args, __doc__))
 
 
 if __name__ == "__main__":

@@ -7,18 +7,19 @@ one line on stderr that names the value and the fix, with exit code 2 and no tra
 import argparse
 import dataclasses
 import functools
-import math
 import os
 import signal
 import sys
 from pathlib import Path
 
+from rlhf import flags
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
+from rlhf.flags import OneLineErrors
+from rlhf.flags import finite_float as _finite_float
 from rlhf.lifecycle.lock import release_locks
 from rlhf.lifecycle.signals import Ending, abort, handle_stop_signals, restore
 from rlhf.processes import is_main_process
 from rlhf.spellings import TRANSLATED_FLAGS, did_you_mean, translate_flags
-from rlhf.trl_compat import parser_actions
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
 
@@ -64,13 +65,12 @@ class Parser:
     """TRL's `TrlParser` (defaults < `--config file.yaml` < flags) with one-line errors and grouped help."""
 
     def __init__(self, dataclass_types, description=None):
-        from rlhf.trl_compat import TrlParser, check_trl_version
+        from rlhf.trl_compat import TrlParser, check_trl_version, parser_actions
 
         check_trl_version()  # before any flag is read: every script relies on the pinned release
 
-        class _Parser(TrlParser):
-            def error(self, message):  # argparse would print the usage and exit: one line instead
-                raise UserError(f"{message}; see --help")
+        class _Parser(OneLineErrors, TrlParser):  # argparse would print the usage and exit: one line instead
+            pass
 
         fields = {f.name for dataclass_type in dataclass_types for f in dataclasses.fields(dataclass_type) if f.init}
         description = "\n\n".join(text for text in (description, _summary(fields)) if text)
@@ -86,26 +86,12 @@ class Parser:
                       for action in parser_actions(self.parser) for option in action.option_strings if option != "-h"}
 
     def parse(self, args):
-        args, config, read = list(args), {}, []
-        for i, arg in enumerate(args):
-            if arg == "--config" or arg.startswith("--config="):
-                path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else None)
-                config, as_flags, read = _read_config(path, self.known)
-                _check_config_values(config, self.parser, path)
-                config = _listed(config, self.parser)
-                del args[i : i + (1 if "=" in arg else 2)]
-                args[:0] = as_flags  # the seeds' keys, translated as their flags are; first, so any flag given wins
-                break
-        args, translated = translate_flags(args, self.known)
-        translated = read + translated
-        _check_flags(args, self.known)
-        for key, value in (config.pop("env", None) or {}).items():  # TRL's `env:` section: environment variables
-            os.environ[key] = str(value)
+        from rlhf.trl_compat import parser_actions
+
         try:
-            self.parser.set_defaults_with_config(**config)
-            values, unused = self.parser.parse_known_args(args)
-            if unused:  # unknown flags were refused above: what is left are values that follow no flag
-                raise UserError(_stray_values_line(unused))
+            values, args, config, translated = read_flags(self.parser, parser_actions(self.parser), self.known, args)
+            for key, value in (config.pop("env", None) or {}).items():  # TRL's `env:` section: environment variables
+                os.environ[key] = str(value)
             machine_notes = self._machine(values)
             notes = _settle(values) + machine_notes
             configs = self.parser.parse_dict(vars(values))  # each config checks its own fields (raises ValueError)
@@ -287,8 +273,55 @@ def parse_args(dataclass_types, args=None, description=None):
 
     A missing config file, an unknown key or flag, a value of the wrong type and a value rejected by a config's
     `__post_init__` become `UserError`s. YAML keys, like flags, may be written with `-` or `_`.
+
+    `dataclass_types` may be a script's function that imports and returns them (`configs`): the script's flag table
+    (`rlhf.flags`) is read first, so that `--help` and what `read_flags` refuses come before TRL, transformers and
+    torch load (`check_quickly`).
     """
-    return Parser(dataclass_types, description).parse(sys.argv[1:] if args is None else args)
+    args = sys.argv[1:] if args is None else list(args)
+    if callable(dataclass_types):
+        check_quickly(Path(dataclass_types.__code__.co_filename).stem, args)
+        dataclass_types = dataclass_types()
+    return Parser(dataclass_types, description).parse(args)
+
+
+def check_quickly(script, args):
+    """What parsing `args` would refuse while reading the flags (`read_flags`), from the script's flag table,
+    without the heavy imports; `--help` prints the table's help and exits. Nothing where the table is missing or
+    stale. What only the configs can check (their `__post_init__`), what the package settles (`_settle`) and what
+    the machine decides (`Parser._machine`) are left to the script's own parser, which runs next."""
+    table = flags.fresh_table(script)
+    if table is None:
+        return
+    parser = flags.TableParser(table)
+    try:
+        read_flags(parser, parser.actions, table["known"], args)
+    except ValueError as error:
+        raise UserError(str(error).splitlines()[0]) from None
+
+
+def read_flags(parser, actions, known, args):
+    """The steps of parsing that read the flags, the same for the script's parser and its flag table's
+    (`check_quickly`): the `--config` YAML (defaults < YAML < flags), the seeds' spellings translated, unknown flags
+    refused, argparse's types and choices, values that follow no flag refused. Returns the parsed values, the
+    flags (translated), the YAML's values (its `env:` section included) and the note lines of what was translated."""
+    args, config, read = list(args), {}, []
+    for i, arg in enumerate(args):
+        if arg == "--config" or arg.startswith("--config="):
+            path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else None)
+            config, as_flags, read = _read_config(path, known)
+            _check_config_values(config, actions, path)
+            config = _listed(config, actions)
+            del args[i : i + (1 if "=" in arg else 2)]
+            args[:0] = as_flags  # the seeds' keys, translated as their flags are; first, so any flag given wins
+            break
+    args, translated = translate_flags(args, known)
+    _check_flags(args, known)
+    parser.set_defaults_with_config(**{key: value for key, value in config.items() if key != "env"})
+    values, unused = parser.parse_known_args(args)
+    if unused:  # unknown flags were refused above: what is left are values that follow no flag
+        raise UserError(_stray_values_line(unused))
+    return values, args, config, read + translated
 
 
 def _stray_values_line(values):
@@ -304,6 +337,8 @@ def _describe_negations(parser):
     The negation's default is set to X's (argparse takes a destination's default from its first action, X, so
     parsing is unchanged; a YAML `--config` sets both) for `--help` to show the value it turns off.
     """
+    from rlhf.trl_compat import parser_actions
+
     positives = {}
     for action in parser_actions(parser):
         if action.dest in positives and f"--no_{action.dest}" in action.option_strings:
@@ -375,26 +410,14 @@ def _flattened(config, known, notes):
             yield flat, inner
 
 
-def _finite_float(text):
-    """argparse's `float` without nan and inf: no setting means either, and a NaN learning rate or reward weight
-    would fail (or train on NaN) only once training runs."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    return value
-
-
-def _check_config_values(config, parser, path):
+def _check_config_values(config, actions, path):
     """Check a YAML value as argparse checks a flag's: a value that is not a string skips argparse's conversion, so a
     list, a mapping or a null where a number goes would otherwise fail deep inside a config's checks."""
-    actions = {}
-    for action in parser_actions(parser):
-        actions.setdefault(action.dest, action)
+    by_dest = {}
+    for action in actions:
+        by_dest.setdefault(action.dest, action)
     for dest, value in config.items():
-        action = actions.get(dest)
+        action = by_dest.get(dest)
         if action is None or action.type is None or isinstance(value, str):
             continue  # a string is converted and checked by argparse, as a flag is
         if value is None:
@@ -413,9 +436,9 @@ def _check_config_values(config, parser, path):
                 raise UserError(f"{dest}: {value!r} in {path} is not valid; give {what} there") from None
 
 
-def _listed(config, parser):
+def _listed(config, actions):
     """A YAML scalar given to a flag that takes a list (`model_path: a`) as a one-item list, as the flag would give."""
-    listed = {action.dest for action in parser_actions(parser) if action.nargs in ("+", "*")}
+    listed = {action.dest for action in actions if action.nargs in ("+", "*")}
     return {dest: [value] if dest in listed and value is not None and not isinstance(value, list) else value
             for dest, value in config.items()}
 

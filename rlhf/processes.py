@@ -11,10 +11,13 @@ process as the only one. Nothing here imports torch or accelerate when the modul
 
 import contextlib
 import os
+import sys
 
 
 def _partial_state():
     """accelerate's `PartialState` once the training arguments have set it up; None before (never created here)."""
+    if "accelerate" not in sys.modules:  # not loaded, so not set up: no need to load TRL (rlhf.trl_compat) to ask
+        return None
     from rlhf.trl_compat import accelerate_state
 
     return accelerate_state()

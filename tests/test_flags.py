@@ -1,0 +1,114 @@
+"""The scripts' flag tables (`rlhf/flags/`): fresh, and refusing what the scripts' own parsers refuse, the same way."""
+
+import contextlib
+import importlib
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from rlhf import flags
+from rlhf.cli import Parser, UserError, check_quickly
+from rlhf.flags.write import table
+
+
+@pytest.mark.parametrize("script", flags.SCRIPTS)
+def test_each_flag_table_is_fresh(script):
+    written = json.loads(flags.table_path(script).read_text(encoding="utf-8"))
+    assert written == json.loads(json.dumps(table(script))), (
+        f"rlhf/flags/{script}.json is stale: run python -m rlhf.flags.write")
+
+
+def outcome(parse, args):
+    """What parsing `args` ends in: ("help", text), ("error", line) or ("ok", None)."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            parse(args)
+    except SystemExit as stop:
+        assert stop.code in (0, None)
+        return "help", out.getvalue()
+    except UserError as error:
+        return "error", str(error)
+    return "ok", None
+
+
+def heavy(script, monkeypatch):
+    """The script's own parser, as it runs after the heavy imports, with the help written as the table's is."""
+    module = importlib.import_module(script)
+    monkeypatch.setenv("COLUMNS", str(flags.HELP_COLUMNS))
+
+    def parse(args):
+        parser = Parser(module.configs(), module.__doc__)
+        parser.parser.prog = f"{script}.py"
+        return parser.parse(args)
+
+    return parse
+
+
+def vectors(script, tmp_path):
+    """Commands each script refuses while reading its flags (and one it takes), built from its table."""
+    actions = [spec for spec in flags.fresh_table(script)["actions"] if spec["action"] == "store"]
+    choice = next((spec for spec in actions if spec["choices"]), None)
+    boolean = next(spec for spec in actions if spec["type"] == "string_to_bool")
+    number = next((spec for spec in actions if spec["type"] == "int"), None)
+    name = boolean["dest"]
+
+    def config(text):
+        path = tmp_path / f"c{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(text)
+        return ["--config", str(path)]
+
+    found = [["--help"], [f"--{name[:-1]}", "1"], [f"--{name}", "maybe"], ["foo"], ["--device", "tpu"],
+             config("not_a_key_here: 1\n"), config(f"{name[:-1]}: true\n"), config(f"{name}: [1, 2]\n"),
+             config("just text\n"), ["--config", str(tmp_path / "missing.yaml")], ["--config"], ["--help", "--nope"]]
+    if choice:
+        found.append([choice["options"][0], "no-such-choice"])
+    if number:
+        found += [[number["options"][0], "abc"], config(f"{number['dest']}: abc\n"),
+                  config(f"{number['dest']}: [1, 2]\n")]
+    return found
+
+
+@pytest.mark.parametrize("script", flags.SCRIPTS)
+def test_the_flag_table_refuses_what_the_scripts_parser_refuses_in_the_same_line(script, tmp_path, monkeypatch):
+    light, full = (lambda args: check_quickly(script, args)), heavy(script, monkeypatch)
+    for args in vectors(script, tmp_path):
+        said = outcome(light, args)
+        assert said[0] != "ok", f"{args}: the table took what the script's parser refuses"
+        assert said == outcome(full, args), args
+
+
+@pytest.mark.parametrize("script, args", [("train_grpo", ["--learning_rate", "1e-6", "--use_lora", "--seed", "3"]),
+                                          ("train_ppo", ["--batch_size", "4", "--target_kl", "none"]),
+                                          ("train_reward_model", ["--max_steps", "2", "--bf16", "false"]),
+                                          ("plot_training_progress", [])])
+def test_the_flag_table_takes_a_good_command(script, args, monkeypatch):
+    assert outcome(lambda args: check_quickly(script, args), args) == ("ok", None)
+    assert outcome(heavy(script, monkeypatch), args) == ("ok", None)
+
+
+def test_a_stale_table_is_not_used(monkeypatch):
+    monkeypatch.setattr(flags, "freshness", lambda script: {"sources": "another"})
+    assert flags.fresh_table("train_grpo") is None
+    check_quickly("train_grpo", ["--seed", "abc"])  # left to the script's own parser
+
+
+# A script run as a user runs it, that fails if it imported torch.
+WITHOUT_TORCH = ("import runpy, sys\nsys.argv = sys.argv[1:]\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+                 "finally:\n    assert 'torch' not in sys.modules, 'torch was imported'\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, code", [(["--help"], 0), (["--seed", "abc"], 2)])
+def test_help_and_a_bad_flag_come_before_torch_loads(args, code):
+    result = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, "train_grpo.py", *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == code, result.stderr[-2000:]
+    if code:
+        assert result.stderr.splitlines() == ["error: argument --seed: invalid int value: 'abc'; see --help"]
+    else:
+        assert result.stdout.startswith("usage: python train_grpo.py") and not result.stderr
