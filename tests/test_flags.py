@@ -18,6 +18,10 @@ from rlhf.flags.write import table
 @pytest.mark.parametrize("script", flags.SCRIPTS)
 def test_each_flag_table_is_fresh(script):
     written = json.loads(flags.table_path(script).read_text(encoding="utf-8"))
+    here = flags.freshness(script)["versions"]
+    if written["freshness"]["versions"] != here:  # requirements.txt's pins: a table for another set is never used
+        pytest.skip(f"rlhf/flags/{script}.json was written with {written['freshness']['versions']}, here {here}: not "
+                    "used here (python -m rlhf.flags.write writes it for these)")
     assert written == json.loads(json.dumps(table(script))), (
         f"rlhf/flags/{script}.json is stale: run python -m rlhf.flags.write")
 
@@ -98,7 +102,8 @@ def test_a_stale_table_is_not_used(monkeypatch):
 
 
 # A script run as a user runs it, that fails if it imported torch.
-WITHOUT_TORCH = ("import runpy, sys\nsys.argv = sys.argv[1:]\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+WITHOUT_TORCH = ("import runpy, sys\nsys.argv = sys.argv[1:]\n"
+                 "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
                  "finally:\n    assert 'torch' not in sys.modules, 'torch was imported'\n")
 
 

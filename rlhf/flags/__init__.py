@@ -4,14 +4,15 @@ A script's parser is built from its configs, subclasses of TRL's, so building it
 (seconds). The table holds what that parser knows, written by `python -m rlhf.flags.write`: its `--help` text, its
 actions (options, dest, nargs, default, choices, type) and the names each flag answers to (`known`). `rlhf.cli` reads
 it before the heavy imports: `--help` and the refusals made while reading the flags come at once (`TableParser`). A
-table is used only while it is fresh: the same TRL, transformers, peft and accelerate, and the same source files
-(`SOURCES`, the script); otherwise parsing takes the heavy path alone, which is always right.
+table is used only while it is fresh: the same Python, TRL, transformers, peft, accelerate and torch release, and the
+same source files (`SOURCES`, the script); otherwise parsing takes the heavy path alone, which is always right.
 """
 
 import argparse
 import hashlib
 import json
 import math
+import sys
 from pathlib import Path
 
 from rlhf.errors import UserError
@@ -19,7 +20,7 @@ from rlhf.errors import UserError
 FOLDER = Path(__file__).parent
 ROOT = FOLDER.parents[1]
 SCRIPTS = ("train_grpo", "train_ppo", "train_reward_model", "evaluate_generations", "plot_training_progress")
-LIBRARIES = ("trl", "transformers", "peft", "accelerate")
+LIBRARIES = ("trl", "transformers", "peft", "accelerate", "torch")  # torch: transformers' default --optim reads it
 # The files a script's flags and help come from, besides the script itself (its docstring is the help's top).
 SOURCES = ("config.py", "rlhf/cli.py", "rlhf/spellings.py", "rlhf/batches.py", "rlhf/models.py",
            "rlhf/flags/__init__.py")
@@ -27,13 +28,14 @@ HELP_COLUMNS = 120  # the width the stored --help is written at
 
 
 def freshness(script):
-    """What a table must match to be used: the libraries' installed versions and a hash of the source files."""
+    """What a table must match to be used: Python's and the libraries' versions (a release, whatever its build:
+    torch's +cpu or +cu128), and a hash of the source files."""
     from importlib.metadata import PackageNotFoundError, version
 
-    versions = {}
+    versions = {"python": "{}.{}".format(*sys.version_info)}  # argparse's help layout changes between them
     for name in LIBRARIES:
         try:
-            versions[name] = version(name)
+            versions[name] = version(name).split("+")[0]
         except PackageNotFoundError:
             versions[name] = None
     digest = hashlib.sha256()
