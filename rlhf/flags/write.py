@@ -3,8 +3,9 @@
     python -m rlhf.flags.write
 
 Run it after a change to a flag, a default, a help text, a script's docstring or the parsing (`SOURCES`), and after
-upgrading Python, TRL, transformers, peft, accelerate or torch: a stale table is never used (the scripts then start in seconds), and
-`tests/test_flags.py` fails until it is written again. The scripts are imported by name, from the repository root.
+upgrading Python, TRL, transformers, peft, accelerate or torch: a stale table is never used (the scripts then start
+in seconds), and `tests/test_flags.py` fails until it is written again. The scripts are imported by name, from the
+repository root.
 """
 
 import argparse
