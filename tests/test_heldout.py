@@ -1,12 +1,11 @@
 """Held-out evaluation during training (rlhf/evaluation/heldout.py): the metrics, the flags, tiny GRPO and PPO runs."""
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, error_line, grpo_args, ppo_args, run_in_process, run_script, scalars
+from conftest import assert_ok, error_line, grpo_args, ppo_args, run_in_process, scalars
 from rlhf import tiny
 from rlhf.cli import UserError, parse_args
 from rlhf.evaluation.heldout import best_metric_name, describe, eval_interval, heldout_metrics
@@ -128,9 +127,7 @@ def grpo_runs(tiny_models, tmp_path_factory):
         "with": grpo_args(tiny_models, root / "with", "--max_steps", "4", *EVAL, "--save_total_limit", "1"),
         "without": grpo_args(tiny_models, root / "without", "--max_steps", "4", *SAME),
     }
-    with ThreadPoolExecutor(2) as pool:
-        futures = {name: pool.submit(run_script, "train_grpo.py", *args) for name, args in commands.items()}
-    return {"root": root, **{name: future.result() for name, future in futures.items()}}
+    return {"root": root, **{name: run_in_process("train_grpo.py", *args) for name, args in commands.items()}}
 
 
 @pytest.mark.slow

@@ -346,7 +346,8 @@ class Training:
 
 
 class Trainer:
-    """What a `TrainingRun` uses of a trainer: callbacks, a state, `train` (which may fail) and `save_model`."""
+    """What a `TrainingRun` uses of a trainer: callbacks (added, popped), a state, `train` (which may fail) and
+    `save_model`."""
 
     def __init__(self, fails=None):
         self.state, self.callbacks, self.fails = TrainerState(), [], fails
@@ -355,6 +356,12 @@ class Trainer:
 
     def add_callback(self, callback):
         self.callbacks.append(callback)
+
+    def pop_callback(self, callback):  # a class: its first instance, as transformers' Trainer pops one
+        found = next((c for c in self.callbacks if isinstance(c, callback) or c is callback), None)
+        if found is not None:
+            self.callbacks.remove(found)
+        return found
 
     def train(self, resume_from_checkpoint=None):
         self.state.global_step = 10
