@@ -75,17 +75,28 @@ def test_grpo_on_two_processes_splits_the_prompts_and_keeps_the_step_count(tiny_
     AutoModelForCausalLM.from_pretrained(out)
 
 
-def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_value_model(tiny_models, tmp_path):
+@pytest.fixture(scope="module")
+def ppo_on_two_processes(tiny_models, tmp_path_factory):
+    """One PPO run on two processes that the tests below read: rollouts of 2 prompts, one in each process, 16 episodes
+    (8 rollouts), a checkpoint and a held-out evaluation every 2."""
+    out = tmp_path_factory.mktemp("ppo_on_two_processes") / "ppo"
+    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "16",
+                                                  "--per_device_train_batch_size", "1", "--save_steps", "2",
+                                                  "--eval_prompts", "2", "--max_samples", "24"),
+                        processes=2, timeout=300)
+    assert_ok(result)
+    return out
+
+
+def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_value_model(tiny_models,
+                                                                                       ppo_on_two_processes):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    out = tmp_path / "ppo"
-    # One PPO batch = 2 prompts per device x 2 processes = 4 episodes: 32 episodes take 8 steps.
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "32", "--save_steps", "4"),
-                        processes=2)
-    assert_ok(result)
+    out = ppo_on_two_processes
+    # One PPO batch = 1 prompt per device x 2 processes = 2 episodes: 16 episodes take 8 steps.
     run = manifest(out)
     assert run["launches"][-1]["processes"] == 2
-    assert (run["global_step"], run["episode"]) == (8, 32)
+    assert (run["global_step"], run["episode"]) == (8, 16)
     AutoModelForCausalLM.from_pretrained(out)
     # The value model was trained (it starts as the reward model), and the checkpoint of the last step holds the
     # same weights as the final save: both go through the gathered state dict.
@@ -97,17 +108,30 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     assert all(torch.equal(final[name], checkpoint[name]) for name in final)
 
 
-@pytest.mark.parametrize("flags", [(), quickstart.MATH_PPO_CRITIC], ids=["trl", "math-quickstart"])
-def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_completions(tiny_models, tmp_path,
-                                                                                              flags):
+def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_completions(tiny_models,
+                                                                                              ppo_on_two_processes):
     from transformers import AutoModelForCausalLM
 
-    out = tmp_path / "ppo"
+    out = ppo_on_two_processes
     # Rollouts of 2 prompts, one in each process: a process's slice of one completion always "scored the same", and
     # judged per process every rollout had its advantages zeroed and the policy never trained. The tiny reward model's
     # scores differ from completion to completion: every rollout has signal.
+    logged = scalars(out)
+    assert [value for _, value in logged["train/objective/advantages_zeroed"]] == [0.0] * 8
+    assert all(value != 0 for _, value in logged["train/loss/policy_avg"])
+    start, final = (AutoModelForCausalLM.from_pretrained(path).state_dict() for path in (tiny_models["policy"], out))
+    assert any(not torch.equal(start[name], final[name]) for name in start)
+
+
+def test_ppo_on_two_processes_with_the_math_quickstarts_critic_judges_a_rollout_on_both_processes_completions(
+        tiny_models, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "ppo"
+    # As above, with the math quickstart's value model (a plain baseline: lambda 1, a zero head, advantages as GAE's).
     result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4",
-                                                  "--per_device_train_batch_size", "1", *flags), processes=2)
+                                                  "--per_device_train_batch_size", "1", *quickstart.MATH_PPO_CRITIC),
+                        processes=2)
     assert_ok(result)
     logged = scalars(out)
     assert [value for _, value in logged["train/objective/advantages_zeroed"]] == [0.0, 0.0]
@@ -116,21 +140,21 @@ def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_
     assert any(not torch.equal(start[name], final[name]) for name in start)
 
 
-@pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py"])
-def test_held_out_evaluation_on_two_processes_finishes_with_one_best_checkpoint(tiny_models, tmp_path, script):
-    out = tmp_path / "run"
+def test_held_out_evaluation_on_two_processes_finishes_with_one_best_checkpoint(tiny_models, tmp_path,
+                                                                             ppo_on_two_processes):
     # The main process alone evaluates; its best checkpoint used to be known to it alone, and transformers'
     # `_save_checkpoint` then waited for the other process in a barrier that process never reached (a hang at the
-    # first checkpoint). 4 steps, a checkpoint and an evaluation every 2.
-    build, length = (grpo_args, ["--max_steps", "4"]) if script == "train_grpo.py" else (ppo_args, ["--total_episodes",
-                                                                                                    "16"])
-    result = run_script(script, *build(tiny_models, out, *length, "--save_steps", "2", "--eval_prompts", "2",
-                                       "--max_samples", "24"),
+    # first checkpoint). GRPO: 4 steps, a checkpoint and an evaluation every 2; PPO: the run above.
+    out = tmp_path / "run"
+    result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "4", "--save_steps", "2",
+                                                    "--eval_prompts", "2", "--max_samples", "24"),
                         processes=2, timeout=300)
     assert_ok(result)
-    report = json.loads((out / "run_report.json").read_text())
-    assert Path(report["best_checkpoint"]).name in {"checkpoint-2", "checkpoint-4"}
-    assert Path(report["best_checkpoint"]).is_dir()
+    for run, checkpoints in ((out, {"checkpoint-2", "checkpoint-4"}),
+                             (ppo_on_two_processes, {f"checkpoint-{step}" for step in (2, 4, 6, 8)})):
+        report = json.loads((run / "run_report.json").read_text())
+        assert Path(report["best_checkpoint"]).name in checkpoints
+        assert Path(report["best_checkpoint"]).is_dir()
 
 
 def test_ppo_with_lora_on_two_processes_trains_against_the_adapter_disabled_reference(tiny_models, tmp_path):
