@@ -161,16 +161,19 @@ class ProgressBar(ProgressCallback):
     `trainer_state.json`), and the console keeps the bar and the lines that say something new. Reads the bar from
     `training_bar`, as `close_progress_bar` does (transformers 5.23)."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shown = {}  # each figure as last logged: GRPO logs the reward once per generation, not every step
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None:
             return
-        shown = {}
         for label, names in PROGRESS_FIGURES.items():
             value = next((logs[name] for name in names if isinstance((logs or {}).get(name), (int, float))), None)
             if value is not None:
-                shown[label] = f"{value:.4g}"
-        if shown:
-            self.training_bar.set_postfix(shown, refresh=False)
+                self.shown[label] = f"{value:.4g}"
+        if self.shown:
+            self.training_bar.set_postfix(self.shown, refresh=False)
 
 
 def say(line):
