@@ -41,11 +41,17 @@ def pytest_cmdline_main(config):
         config.option.numprocesses = "auto"
         config.option.maxprocesses = config.option.maxprocesses or 4
         config.option.maxschedchunk = config.option.maxschedchunk or 1
+    if config.option.dist == "no":  # the tests that read one module-scoped run go to one worker (below)
+        config.option.dist = "loadgroup"
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: a file keeps its order
+    for item in items:  # a module-scoped fixture (a shared run) runs once per worker that takes one of its tests
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures and any(d.scope == "module" for defs in fixtures.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist starts its workers (its own hook is trylast), which then find it

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from conftest import run_script
+from conftest import run_in_process
 from rlhf.cli import UserError
 from rlhf.evaluation.metrics import column_for, ema, find_runs, run_labels
 
@@ -53,9 +53,7 @@ def logs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def results(logs, tmp_path_factory):
-    """The script's runs, side by side: each spends most of its ~7 s importing TRL (rlhf.cli), so run them together."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """The script's runs that several tests read."""
     out = tmp_path_factory.mktemp("out")
     commands = {
         "plot": ("--log_dir", logs / "grpo", logs / "ppo", logs / "nokl", "--smoothing", "0.6", "--extra",
@@ -63,11 +61,8 @@ def results(logs, tmp_path_factory):
         "help": ("--help",),
         "empty": ("--log_dir", logs / "empty", "--output", out / "empty.png"),
     }
-    with ThreadPoolExecutor(len(commands)) as pool:
-        futures = {
-            name: pool.submit(run_script, "plot_training_progress.py", *args) for name, args in commands.items()
-        }
-    return {"out": out, **{name: future.result() for name, future in futures.items()}}
+    return {"out": out, **{name: run_in_process("plot_training_progress.py", *args)
+                           for name, args in commands.items()}}
 
 
 def read_csv(path):
