@@ -123,7 +123,9 @@ def _record_engine(output_dir, model):
     engine, line = describe_engine(model)
     manifest = read_manifest(output_dir)
     if is_main_process() and manifest:
-        print(line, flush=True)
+        from rlhf.trl_compat import say  # (the trainer is built: TRL is loaded) beside the progress bar just opened
+
+        say(line)
         manifest["resolved"]["engine"] = engine
         manifest["launches"][-1]["resolved"]["engine"] = engine
         write_json(Path(output_dir) / MANIFEST, manifest)
