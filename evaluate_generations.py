@@ -42,7 +42,7 @@ from rlhf.evaluation.report import (
 from rlhf.evaluation.stats import compare, summarize
 from rlhf.lifecycle.manifest import LIBRARIES, versions
 from rlhf.lifecycle.signals import Interrupted, StopOnSignal
-from rlhf.models import load_causal_lm, load_tokenizer, reward_model_dtype
+from rlhf.models import load_causal_lm, load_tokenizer, reward_model_dtype, sampling_note
 from rlhf.processes import on_gpu
 from rlhf.rewards.functions import check_reward_columns, load_reward_funcs
 from rlhf.rewards.reward_model import reward_model_scorer
@@ -148,6 +148,10 @@ def evaluate(args, rewards, report, stop):
     for path in args.model_path[len(results):]:
         model, model_tokenizer = load_causal_lm(path, args.dtype, args.trust_remote_code)
         model.to(device)
+        note = sampling_note("the evaluation", path, model.generation_config,
+                             {"temperature": args.temperature, "top_p": args.top_p})
+        if note:
+            print(note, flush=True)
         with tqdm(total=len(prompts) * args.num_completions, desc=f"Generating with {path}") as progress:
             completions = generate(model, model_tokenizer, prompts, args.num_completions, args.max_new_tokens,
                                    args.temperature, args.top_p, args.batch_size, args.seed, progress, stop)

@@ -22,9 +22,11 @@ from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows
 from rlhf.lifecycle.run import start_run
 from rlhf.models import (
+    generation_config,
     load_tokenizer,
     peft_config,
     reward_model_dtype,
+    sampling_note,
     stop_token_ids,
     trainable_model_path,
     trained_model_kwargs,
@@ -32,6 +34,8 @@ from rlhf.models import (
 from rlhf.processes import is_main_process, on_gpu
 from rlhf.rewards.functions import MissingEOSPenalty, check_reward_columns, load_reward_funcs
 from rlhf.rewards.reward_model import reward_model_scorer
+
+SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "repetition_penalty")  # TRL's GRPOTrainer passes them to generate
 
 
 def main(model_args, data_args, reward_args, training_args):
@@ -77,6 +81,12 @@ def main(model_args, data_args, reward_args, training_args):
                                     training_args.trust_remote_code, training_args.device)
     # where TRL's generation stops (the model TRL loads: an adapter folder's base), so that the rewards see it too
     stops = stop_token_ids(tokenizer, model_args.model_name_or_path, trust_remote_code=training_args.trust_remote_code)
+    # TRL passes these sampling flags to every generate call, over the model's own generation config
+    note = sampling_note("GRPO", model_args.model_name_or_path,
+                         generation_config(model_args.model_name_or_path, training_args.trust_remote_code),
+                         {name: getattr(training_args, name) for name in SAMPLING_FLAGS})
+    if note and is_main_process():
+        print(note, flush=True)
     reward_funcs = load_reward_funcs(reward_args.reward_funcs, load_scorer, reward_args.boxed_rewards, stops)
 
     ################

@@ -27,7 +27,7 @@ from rlhf.checks import prompt_room
 from rlhf.cli import exit_on_user_error, parse_args
 from rlhf.data import build_prompt_dataset, check_prompts_fill_batches, load_rows, tokenize_prompts
 from rlhf.lifecycle.run import start_run
-from rlhf.models import peft_config, stop_token_ids
+from rlhf.models import peft_config, sampling_note, stop_token_ids
 from rlhf.processes import is_main_process
 from rlhf.rewards.functions import check_reward_columns, load_reward_funcs
 from rlhf.rewards.reward_model import ensure_distinct_pad
@@ -81,6 +81,10 @@ def main(model_args, data_args, training_args):
                                                                     resuming=resume_from is not None)
     # where completions end, read from the policy loaded: as PPOTrainer generates and cuts them
     stops = stop_token_ids(tokenizer, policy, training_args.stop_token, training_args.stop_token_id)
+    note = sampling_note("PPO", model_args.model_name_or_path, policy.generation_config,
+                         {"temperature": training_args.temperature, "top_p": training_args.top_p})
+    if note and is_main_process():
+        print(note, flush=True)
     functions = load_reward_funcs(reward_funcs, lambda: reward_model, training_args.boxed_rewards, stops)
     if reward_funcs != ["reward_model"] or training_args.reward_weights:  # else TRL scores with the model alone
         reward_model = PPORewards(reward_funcs, functions, training_args.reward_weights, tokenizer, prompts,

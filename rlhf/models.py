@@ -142,6 +142,40 @@ def stop_token_ids(tokenizer, model_or_path, stop_token="eos", stop_token_id=Non
     return tuple(sorted({tokenizer.eos_token_id, *declared}))
 
 
+# The sampling fields transformers fills from a model's own generation_config.json wherever a generate call leaves
+# them unset, each with the value that leaves the distribution as the logits give it (no logits processor).
+NEUTRAL_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "typical_p": 1.0,
+                    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+
+
+def model_sampling(config):
+    """{field: value} of the sampling fields a model's generation config sets to something else than neutral (e.g.
+    Qwen2.5-Instruct's repetition_penalty 1.05, temperature 0.7, top_k 20, top_p 0.8): what its own file would add to
+    every generate call that leaves them unset. `config`: a `GenerationConfig`, or None."""
+    values = {name: getattr(config, name, None) for name in NEUTRAL_SAMPLING} if config is not None else {}
+    return {name: value for name, value in values.items() if value is not None and value != NEUTRAL_SAMPLING[name]}
+
+
+def flags_sampling(config, **flags):
+    """The sampling settings of a generate call: the flags given (`temperature`, `top_p`, ...), and every other
+    sampling field the model's generation config sets (`model_sampling`) turned off, so that the flags alone decide
+    how completions are sampled, and PPO's log-probs are those of the distribution it sampled from (docs/training.md,
+    Sampling)."""
+    return {**{name: NEUTRAL_SAMPLING[name] for name in model_sampling(config)}, **flags, "do_sample": True}
+
+
+def sampling_note(what, model, config, flags):
+    """The one line saying that a model's own sampling fields are overridden by the flags, or None where it sets
+    none. `flags`: {field: value} as the run samples."""
+    own = model_sampling(config)
+    if not own:
+        return None
+    theirs = ", ".join(f"{name} {value:g}" for name, value in sorted(own.items()))
+    ours = ", ".join(f"--{name} {value:g}" for name, value in flags.items())
+    return (f"note: {model}'s generation_config.json samples with {theirs}; {what} samples as its flags say ({ours}) "
+            "(docs/training.md, Sampling)")
+
+
 def generation_config(name_or_path, trust_remote_code=False):
     """The generation config a model loaded from `name_or_path` gets: its generation_config.json, else one made from
     its config.json (as transformers does); an adapter folder's is its base's, which the merged model keeps. None

@@ -281,3 +281,30 @@ def test_total_episodes_below_one_rollout_trains_one_and_says_so(tiny_models, tm
     manifest = json.loads((out / "run_manifest.json").read_text())
     assert (manifest["global_step"], manifest["episode"]) == (1, 4)
 
+
+
+@pytest.mark.slow
+def test_the_first_update_is_at_ratio_1_and_kl_0_whatever_sampling_the_policys_generation_config_asks(tiny_models,
+                                                                                                      tmp_path):
+    """Qwen2.5-Instruct's generation_config.json sampling fields (repetition_penalty 1.05, top_k 20, top_p 0.8,
+    temperature 0.7) reached the rollout's log-probs through transformers' defaults: ratio 0.991, approx-KL 7e-5 and
+    KL 0.07 at step 1, where the policy is its own old policy and reference. The flags decide sampling, said once."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    policy = shutil.copytree(tiny_models["policy"], tmp_path / "qwen_like")
+    config = GenerationConfig.from_pretrained(policy)
+    config.update(do_sample=True, repetition_penalty=1.05, temperature=0.7, top_p=0.8, top_k=20)
+    config.save_pretrained(policy)
+    out = tmp_path / "ppo"
+    args = ppo_args(tiny_models, out, "--total_episodes", "2")
+    args[args.index("--model_name_or_path") + 1] = policy
+    result = run_in_process("train_ppo.py", *args)
+    assert_ok(result)
+    logged = scalars(out)
+    assert logged["train/val/ratio"][0] == (1, 1.0)
+    assert abs(logged["train/policy/approxkl_avg"][0][1]) < 1e-9 and logged["train/objective/kl"][0] == (1, 0.0)
+    assert [line for line in result.stdout.splitlines() if "generation_config.json samples with" in line] == [
+        f"note: {policy}'s generation_config.json samples with repetition_penalty 1.05, temperature 0.7, top_k 20, "
+        "top_p 0.8; PPO samples as its flags say (--temperature 0.7, --top_p 1) (docs/training.md, Sampling)"]

@@ -71,3 +71,24 @@ def test_grpo_rewards_stop_where_trls_grpo_trainer_stops_generation(tiny_models,
                           processing_class=tokenizer)
     assert end_of_turn_models["end_of_turn"] in trainer.eos_token_ids
     assert set(trainer.eos_token_ids) == set(stop_token_ids(tokenizer, path))
+
+
+def test_the_flags_decide_sampling_and_a_models_own_sampling_fields_are_turned_off_and_said():
+    """Qwen2.5-Instruct's generation_config.json: transformers fills every field a generate call leaves unset from it,
+    so PPO's rollouts sampled with its repetition penalty and top-k while the loss read the policy's own log-probs."""
+    from transformers import GenerationConfig
+
+    from rlhf.models import NEUTRAL_SAMPLING, flags_sampling, model_sampling, sampling_note
+
+    qwen = GenerationConfig(do_sample=True, repetition_penalty=1.05, temperature=0.7, top_p=0.8, top_k=20,
+                            eos_token_id=[151645, 151643])
+    assert model_sampling(qwen) == {"repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20}
+    assert flags_sampling(qwen, temperature=1.0, top_p=0.9) == {"repetition_penalty": 1.0, "temperature": 1.0,
+                                                                "top_p": 0.9, "top_k": 0, "do_sample": True}
+    # a model that sets none gets the flags alone; every neutral value adds no logits processor
+    assert flags_sampling(GenerationConfig(), temperature=0.7) == {"temperature": 0.7, "do_sample": True}
+    assert model_sampling(GenerationConfig(**NEUTRAL_SAMPLING)) == {} and model_sampling(None) == {}
+    assert sampling_note("PPO", "qwen", qwen, {"temperature": 0.7, "top_p": 1.0}) == (
+        "note: qwen's generation_config.json samples with repetition_penalty 1.05, temperature 0.7, top_k 20, top_p "
+        "0.8; PPO samples as its flags say (--temperature 0.7, --top_p 1) (docs/training.md, Sampling)")
+    assert sampling_note("PPO", "llama", GenerationConfig(), {"temperature": 0.7}) is None

@@ -45,6 +45,7 @@ def generate(model, tokenizer, prompts, num_completions, max_new_tokens, tempera
     import torch
 
     from rlhf.data import render_prompt
+    from rlhf.models import flags_sampling
     from rlhf.models import stop_token_ids as run_stop_token_ids
 
     texts = [render_prompt(tokenizer, p) for p in prompts]
@@ -59,7 +60,8 @@ def generate(model, tokenizer, prompts, num_completions, max_new_tokens, tempera
         inputs = tokenizer([text for _, text in batch], return_tensors="pt", padding=True, padding_side="left",
                            add_special_tokens=False).to(device)
         with torch.inference_mode():
-            output = model.generate(**inputs, do_sample=True, temperature=temperature, top_p=top_p,
+            output = model.generate(**inputs, **flags_sampling(model.generation_config, temperature=temperature,
+                                                               top_p=top_p),
                                     max_new_tokens=max_new_tokens, eos_token_id=list(stops) or None,
                                     pad_token_id=tokenizer.pad_token_id)
         for (prompt_index, _), ids in zip(batch, output[:, inputs["input_ids"].shape[1] :].tolist()):

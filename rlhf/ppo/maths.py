@@ -254,24 +254,21 @@ def generate(lm_backbone, queries, pad_token_id, generation_config, top_p=1.0):
     """Sample completions of left-padded `queries`: the sequences, and the logits over the temperature that each token
     was sampled from.
 
-    Below `top_p` 1.0 tokens are sampled from the nucleus, and the logits returned are still the whole
-    distribution's over the temperature, as the training forward computes them (the processed scores TRL used hold
-    -inf outside the nucleus: the first ratio and KL would be off by up to log(1/top_p) per token before any step).
+    The logits returned are the model's own over the temperature, as the training forward computes them, whatever
+    processed them for sampling: below `top_p` 1.0 tokens are sampled from the nucleus (the processed scores TRL used
+    hold -inf outside it: the first ratio and KL would be off by up to log(1/top_p) per token before any step), and a
+    processor a generation config adds would shift them likewise.
     """
     context_length = queries.shape[1]
     attention_mask = queries != pad_token_id
     input_ids = torch.masked_fill(queries, ~attention_mask, 0)
     # What to return is set on the config, since transformers deprecates passing both a config and kwargs.
     config = copy.deepcopy(generation_config)
-    config.return_dict_in_generate = True
+    config.return_dict_in_generate, config.output_scores, config.output_logits = True, False, True
     if top_p < 1.0:
-        config.top_p, config.output_scores, config.output_logits = top_p, False, True
-        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
-        logits = torch.stack([step / config.temperature for step in output.logits], 1)
-    else:
-        config.output_scores = True
-        output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
-        logits = torch.stack(output.scores, 1)
+        config.top_p = top_p
+    output = lm_backbone.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    logits = torch.stack([step / config.temperature for step in output.logits], 1)
     return torch.cat((queries, output.sequences[:, context_length:]), dim=1), logits
 
 

@@ -27,6 +27,7 @@ import torch
 from accelerate.utils.memory import clear_device_cache
 from transformers import GenerationConfig
 
+from rlhf.models import flags_sampling
 from rlhf.ppo.maths import (
     batch_generation,
     clipped_policy_loss,
@@ -65,8 +66,10 @@ class RolloutSteps:
         Computed in chunks of `rollout_chunk` prompts."""
         args, pad = self.args, self.processing_class.pad_token_id
         context_length = queries.shape[1]
-        generation_kwargs = {"max_new_tokens": args.response_length, "temperature": args.temperature + 1e-7,
-                             "top_k": 0.0, "top_p": 1.0, "do_sample": True}
+        # the flags decide (the policy's own generation_config.json sampling fields off); the nucleus in `generate`
+        generation_kwargs = {"max_new_tokens": args.response_length,
+                             **flags_sampling(self.policy_model.generation_config,
+                                              temperature=args.temperature + 1e-7, top_k=0.0, top_p=1.0)}
         with unwrap_model_for_generation(
             self.model, self.accelerator, gather_deepspeed3_params=args.ds3_gather_for_generation,
             generation_kwargs=generation_kwargs,  # overrides model.generation_config (transformers#42762)
