@@ -563,6 +563,12 @@ class GRPOTrainingConfig(GRPOConfig):
         default=0.2, metadata={"aliases": ["--clip_range", "--clip-range", "--cliprange"],
                                "help": "PPO-style clip range of the probability ratio (--clip_range works too)."}
     )
+    disable_dropout: bool = field(
+        default=True,
+        metadata={"help": "Turn dropout off in the policy and the reference (TRL's own default is False): with it on "
+                  "(GPT-2's 0.1) the old and reference log-probs differ from the policy's own at the first step, and "
+                  "KL and ratio carry noise. PPO and the reward model turn it off too."},
+    )
     beta: float = field(
         default=0.04,
         metadata={

@@ -124,6 +124,9 @@ MOVED_DEFAULTS = {
     # TRL 1.16: None, the model's own coefficient, was 0.001 in 1.12; it weighs the router's loss of a
     # mixture-of-experts model, and TRL 1.16 refuses any value for another model.
     "router_aux_loss_coef": (0.001, None),
+    # GRPO's dropout off by default (TRL's is on): nothing changes for a model without dropout (Llama, Qwen...), and
+    # one with it (GPT-2) trains on without the noise in its first KL and ratio.
+    "disable_dropout": (False, True),
 }
 
 # What a run started on another TRL release trains differently from here on, by trainer (its config's class).
