@@ -7,6 +7,7 @@ rewards/          what a completion earns: the reward model, the reward function
 lifecycle/        a run's life in its output folder: run, guard, signals, lock, checkpoints, manifest, health, report
 evaluation/       evaluation of saved models and during training, its statistics, the TensorBoard reader
 trl_compat/       every TRL import, the TRL version check, the named fixes of TRL's and transformers' behaviour
+flags/            each script's flag table: --help and the refusals made while reading flags, before torch loads
 
 and here, what every script shares:
 
