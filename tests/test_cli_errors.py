@@ -495,31 +495,45 @@ def test_a_file_that_is_not_parquet_is_one_line(tiny_models, tmp_path):
     assert not (tmp_path / "out" / "run_manifest.json").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("script", ["train_reward_model.py", "train_grpo.py", "train_ppo.py",
-                                    "evaluate_generations.py"])
-@pytest.mark.parametrize("bad", ["cut-short", "type-change"])
-def test_a_malformed_data_row_is_one_line_naming_its_file_and_line(tiny_models, tmp_path, script, bad):
-    """Once a pyarrow or pandas traceback (exit 1) that named no line. In a new process: all a user sees, where
-    `datasets` logs its own account of the failure."""
+def malformed_rows(tiny_models, tmp_path, bad):
+    """A data file (or folder) with one malformed row, and the start of the line that names it."""
     lines = Path(tiny_models["prompts"]).read_text().splitlines()
     if bad == "cut-short":  # after a `chosen` of another type, which `datasets` would read alone
         data, changed = tmp_path / "data.jsonl", {**json.loads(lines[4]), "chosen": {"text": "Yes."}}
         data.write_text("\n".join([*lines[:4], json.dumps(changed), *lines[5:9], lines[9][:40], *lines[10:]]) + "\n")
-        said = f"dataset file {data}, line 10: the row is cut short"
-    else:  # conversations in one file of a folder, text in the other: `datasets` cannot cast one to the other
-        data, rows = tmp_path / "data", [json.loads(line) for line in lines]
-        tiny.write_jsonl(data / "a.jsonl", [{**row, "chosen": [{"role": "assistant", "content": row["chosen"]}]}
-                                            for row in rows[:16]])
-        tiny.write_jsonl(data / "b.jsonl", rows[16:])
-        said = f"dataset file {data / 'b.jsonl'}, line 1: `chosen` is text ("
+        return data, f"dataset file {data}, line 10: the row is cut short"
+    # conversations in one file of a folder, text in the other: `datasets` cannot cast one to the other
+    data, rows = tmp_path / "data", [json.loads(line) for line in lines]
+    tiny.write_jsonl(data / "a.jsonl", [{**row, "chosen": [{"role": "assistant", "content": row["chosen"]}]}
+                                        for row in rows[:16]])
+    tiny.write_jsonl(data / "b.jsonl", rows[16:])
+    return data, f"dataset file {data / 'b.jsonl'}, line 1: `chosen` is text ("
+
+
+MALFORMED_BUILDS = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args,
+                    "evaluate_generations.py": lambda models, folder: eval_args(models, folder / "eval.json")}
+
+
+@pytest.mark.parametrize("script", list(MALFORMED_BUILDS))
+@pytest.mark.parametrize("bad", ["cut-short", "type-change"])
+def test_a_malformed_data_row_is_one_line_naming_its_file_and_line(tiny_models, tmp_path, run_cli, script, bad):
+    """Once a pyarrow or pandas traceback (exit 1) that named no line."""
+    data, said = malformed_rows(tiny_models, tmp_path, bad)
     out = tmp_path / "out"
-    build = {"train_grpo.py": grpo_args, "train_ppo.py": ppo_args, "train_reward_model.py": reward_args,
-             "evaluate_generations.py": lambda models, folder: eval_args(models, folder / "eval.json")}[script]
-    result = run_script(script, *build(tiny_models, out), "--dataset_name", data)
+    result = run_cli(script, *MALFORMED_BUILDS[script](tiny_models, out), "--dataset_name", data)
+    assert error_line(result).startswith(f"error: {said}")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, bad", [("train_grpo.py", "cut-short"), ("evaluate_generations.py", "type-change")])
+def test_a_malformed_data_row_is_all_a_user_sees(tiny_models, tmp_path, script, bad):
+    """In a new process: all a user sees, where `datasets` logs its own account of the failure (held back: the error
+    line says it; every script reads its data through `rlhf.data.load_rows`)."""
+    data, said = malformed_rows(tiny_models, tmp_path, bad)
+    result = run_script(script, *MALFORMED_BUILDS[script](tiny_models, tmp_path / "out"), "--dataset_name", data)
     assert error_line(result).startswith(f"error: {said}")
     assert "Failed to" not in result.stdout + result.stderr  # `datasets`' log of the failure: said once is enough
-    assert not out.exists()
 
 
 def test_grpo_with_boxed_answer_on_data_without_reference_answers_is_refused_before_any_model_loads(
