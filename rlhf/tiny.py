@@ -161,6 +161,194 @@ def build_all(root):
     }
 
 
+
+# Tiny random models of the families users train, built offline from transformers' config classes: hidden size 64,
+# 2 layers, the shared tokenizer (`build_tokenizer`) plus the family's special tokens, chat template and generation
+# config, written from each family's public tokenizer_config.json and generation_config.json (ids are this
+# tokenizer's). What matters here: the end ids generation stops at (several in most instruct models), the pad token
+# (none in Mistral's), a BOS the tokenizer adds and the template writes too (Llama 3, Gemma, Mistral), the sampling
+# fields an instruct model's generation config ships, and the architecture's own traits (Gemma 2's logit soft-capping,
+# GPT-2's absolute positions and dropout 0.1, Qwen3-MoE's experts).
+_CHATML = CHAT_TEMPLATE
+_LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+# Gemma's template has no system role: Gemma 3's puts the system message before the first user turn's text.
+_GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% set ns = namespace(system='') %}{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = message['content'] + '\n\n' %}{% else %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + ns.system + message['content'] | trim + '<end_of_turn>\n' }}"
+    "{% set ns.system = '' %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+_MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% set ns = namespace(system='') %}{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{% set ns.system = message['content'] + '\n\n' %}"
+    "{% elif message['role'] == 'user' %}"
+    "{{ '[INST] ' + ns.system + message['content'] + ' [/INST]' }}{% set ns.system = '' %}"
+    "{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}"
+)
+_PHI3_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
+_GPT2_TEMPLATE = (  # GPT-2 ships none: a plain one, as users give it
+    "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}"
+)
+_QWEN3_SAMPLING = {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95}
+_DECODER = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 1024}
+
+# name: config class, its fields, tokens (special tokens added; bos/eos/pad/unk), whether the tokenizer adds BOS,
+# chat template, the generation config's end tokens and other fields.
+FAMILY_SPECS = {
+    "llama3": dict(
+        config="LlamaConfig", fields={**_DECODER, "rope_theta": 500000.0, "tie_word_embeddings": True},
+        specials=["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                  "<|finetune_right_pad_id|>"],
+        # Llama 3 Instruct: the tokenizer's EOS is <|eot_id|>; Meta's tokenizer has no pad, the reserved
+        # <|finetune_right_pad_id|> (3.1 on) is the one fine-tuning recipes set
+        tokens=dict(bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>"), add_bos=True,
+        template=_LLAMA3_TEMPLATE, ends=["<|eot_id|>", "<|end_of_text|>"],
+        generation={"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
+    "qwen2.5": dict(
+        config="Qwen2Config", fields={**_DECODER, "tie_word_embeddings": True},
+        specials=[], tokens=dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"), add_bos=False,
+        template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"],
+        generation={"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20}),
+    "qwen3": dict(
+        config="Qwen3Config", fields={**_DECODER, "head_dim": 16, "tie_word_embeddings": True},
+        specials=["<think>", "</think>"], tokens=dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        add_bos=False, template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"], generation=_QWEN3_SAMPLING),
+    "qwen3_moe": dict(
+        config="Qwen3MoeConfig",
+        fields={**_DECODER, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                "decoder_sparse_step": 1, "tie_word_embeddings": True},
+        specials=["<think>", "</think>"], tokens=dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        add_bos=False, template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"], generation=_QWEN3_SAMPLING),
+    "gemma2": dict(
+        config="Gemma2Config",
+        fields={**_DECODER, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 64,
+                "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "tie_word_embeddings": True},
+        specials=["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"],
+        tokens=dict(bos="<bos>", eos="<eos>", pad="<pad>"), add_bos=True,
+        template=_GEMMA_TEMPLATE, ends=["<eos>", "<end_of_turn>"], generation={"cache_implementation": "hybrid"}),
+    "mistral": dict(
+        config="MistralConfig", fields={**_DECODER, "sliding_window": None, "tie_word_embeddings": True},
+        specials=["<s>", "</s>", "[INST]", "[/INST]"], tokens=dict(bos="<s>", eos="</s>", pad=None), add_bos=True,
+        template=_MISTRAL_TEMPLATE, ends=["</s>"], generation={}),
+    "phi3": dict(
+        config="Phi3Config", fields={**_DECODER, "num_key_value_heads": 4, "tie_word_embeddings": True},
+        # Phi-3-mini-4k-instruct: pad = EOS = <|endoftext|>, the turn's end <|end|> an end id of generation only
+        specials=["<unk>", "<s>", "<|assistant|>", "<|system|>", "<|user|>", "<|end|>"],
+        tokens=dict(bos="<s>", eos="<|endoftext|>", pad="<|endoftext|>", unk="<unk>"), add_bos=False,
+        template=_PHI3_TEMPLATE, ends=["<|endoftext|>", "<|assistant|>", "<|end|>"], generation={}),
+    "gpt2": dict(
+        config="GPT2Config",  # absolute positions; dropout 0.1 left on, as GPT-2's config ships it
+        fields={"n_embd": 64, "n_inner": 128, "n_layer": 2, "n_head": 4, "n_positions": 1024, "resid_pdrop": 0.1,
+                "embd_pdrop": 0.1, "attn_pdrop": 0.1, "tie_word_embeddings": True},
+        # GPT-2 ships no pad token and no other special: users add one ([PAD], as TRL's examples did)
+        specials=["[PAD]"], tokens=dict(bos="<|endoftext|>", eos="<|endoftext|>", pad="[PAD]"), add_bos=False,
+        template=_GPT2_TEMPLATE, ends=["<|endoftext|>"], generation={}),
+}
+FAMILIES = tuple(FAMILY_SPECS)
+
+
+def build_family_tokenizer(name):
+    """The shared tokenizer with family `name`'s special tokens, BOS/EOS/pad, BOS added or not, and chat template."""
+    spec = FAMILY_SPECS[name]
+    tokenizer = build_tokenizer()
+    new = [token for token in spec["specials"] if token not in tokenizer.get_vocab()]
+    if new:
+        tokenizer.add_special_tokens({"additional_special_tokens": new})
+    tokens = spec["tokens"]
+    tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token = tokens["bos"], tokens["eos"], tokens["pad"]
+    tokenizer.unk_token = tokens.get("unk", tokenizer.unk_token)
+    tokenizer.add_bos_token = spec["add_bos"]
+    tokenizer.chat_template = spec["template"]
+    return tokenizer
+
+
+def _family_config(name, tokenizer, **overrides):
+    import transformers
+
+    spec = FAMILY_SPECS[name]
+    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+               pad_token_id=tokenizer.pad_token_id)
+    return getattr(transformers, spec["config"])(vocab_size=len(tokenizer), **ids, **spec["fields"], **overrides)
+
+
+def _family_folder(name, folder, model, tokenizer):
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+def build_family(name, folder, seed=0):
+    """Save a tiny random causal LM of family `name` (one of FAMILIES) at `folder`, with its tokenizer and its
+    generation config (end ids, sampling fields); return the folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    spec = FAMILY_SPECS[name]
+    tokenizer = build_family_tokenizer(name)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(_family_config(name, tokenizer))
+    ends = tokenizer.convert_tokens_to_ids(spec["ends"])
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=ends if len(ends) > 1 else ends[0], **spec["generation"])
+    return _family_folder(name, folder, model, tokenizer)
+
+
+def build_family_reward_model(name, folder, seed=1):
+    """Save a tiny random sequence-classification model (num_labels=1) of family `name` at `folder`, with the family's
+    tokenizer; its pad_token_id is the tokenizer's pad, or EOS where the family has none (Mistral)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    tokenizer = build_family_tokenizer(name)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    torch.manual_seed(seed)
+    config = _family_config(name, tokenizer, num_labels=1)
+    config.pad_token_id = pad
+    model = AutoModelForSequenceClassification.from_config(config)
+    return _family_folder(name, folder, model, tokenizer)
+
+
+def ending_family_policy(source, path, token_ids, probability):
+    """A copy of the family policy at `source` (from `build_family`) that samples each of `token_ids` with
+    `probability` at every token (temperature 1, no other sampling transform), every other token alike: as
+    `ending_policy`, for any family. Each layer's writes to the residual stream are zeroed and the positions too, so
+    the last hidden state is the same after every token."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(source), AutoTokenizer.from_pretrained(source)
+    embeddings = model.get_input_embeddings().weight  # tied: also the output layer
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if any(part in name for part in ("o_proj", "down_proj", "c_proj", ".wpe.")):
+                parameter.zero_()
+        embeddings.copy_(embeddings[0].clone().expand_as(embeddings))
+        ids = torch.tensor([[tokenizer.convert_tokens_to_ids(tokenizer.all_special_tokens[0])]])
+        h = model.base_model(input_ids=ids).last_hidden_state[0, -1]
+        n, k = len(embeddings), len(token_ids)
+        gap = math.log(probability * (n - k) / (1 - k * probability))
+        for token_id in token_ids:
+            embeddings[token_id] += gap * h / h.dot(h)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
 if __name__ == "__main__":
     for name, path in build_all(sys.argv[1] if len(sys.argv) > 1 else "tiny").items():
         print(f"{name}: {path}")

@@ -98,6 +98,16 @@ def end_of_turn_models(tiny_models, tmp_path_factory):
     return {"policy": policy, "adapter": root / "adapter", "end_of_turn": end_of_turn}
 
 
+@pytest.fixture(scope="session")
+def families(tmp_path_factory):
+    """A tiny policy and reward model of each family in `tiny.FAMILIES` (one tokenizer per family, shared by the
+    two): {name: {"policy": folder, "reward_model": folder}}, built once per session."""
+    root = tmp_path_factory.mktemp("families")
+    return {name: {"policy": tiny.build_family(name, root / name / "policy"),
+                   "reward_model": tiny.build_family_reward_model(name, root / name / "reward_model")}
+            for name in tiny.FAMILIES}
+
+
 def script_command(script, *args, processes=1, env=None):
     """The command line and environment that run one of the package's scripts as a user would.
 
