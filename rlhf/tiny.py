@@ -172,7 +172,8 @@ def build_all(root):
 _CHATML = CHAT_TEMPLATE
 _LLAMA3_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
-    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}"
+    "{{ message['content'] | trim + '<|eot_id|>' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 )
@@ -201,59 +202,65 @@ _GPT2_TEMPLATE = (  # GPT-2 ships none: a plain one, as users give it
     "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}"
 )
 _QWEN3_SAMPLING = {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95}
+
+
+def _spec(**fields):
+    return fields
+
+
 _DECODER = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
             "num_key_value_heads": 2, "max_position_embeddings": 1024}
 
 # name: config class, its fields, tokens (special tokens added; bos/eos/pad/unk), whether the tokenizer adds BOS,
 # chat template, the generation config's end tokens and other fields.
 FAMILY_SPECS = {
-    "llama3": dict(
+    "llama3": _spec(
         config="LlamaConfig", fields={**_DECODER, "rope_theta": 500000.0, "tie_word_embeddings": True},
         specials=["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                   "<|finetune_right_pad_id|>"],
         # Llama 3 Instruct: the tokenizer's EOS is <|eot_id|>; Meta's tokenizer has no pad, the reserved
         # <|finetune_right_pad_id|> (3.1 on) is the one fine-tuning recipes set
-        tokens=dict(bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>"), add_bos=True,
+        tokens=_spec(bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>"), add_bos=True,
         template=_LLAMA3_TEMPLATE, ends=["<|eot_id|>", "<|end_of_text|>"],
         generation={"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
-    "qwen2.5": dict(
+    "qwen2.5": _spec(
         config="Qwen2Config", fields={**_DECODER, "tie_word_embeddings": True},
-        specials=[], tokens=dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"), add_bos=False,
+        specials=[], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"), add_bos=False,
         template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"],
         generation={"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20}),
-    "qwen3": dict(
+    "qwen3": _spec(
         config="Qwen3Config", fields={**_DECODER, "head_dim": 16, "tie_word_embeddings": True},
-        specials=["<think>", "</think>"], tokens=dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        specials=["<think>", "</think>"], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
         add_bos=False, template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"], generation=_QWEN3_SAMPLING),
-    "qwen3_moe": dict(
+    "qwen3_moe": _spec(
         config="Qwen3MoeConfig",
         fields={**_DECODER, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                 "decoder_sparse_step": 1, "tie_word_embeddings": True},
-        specials=["<think>", "</think>"], tokens=dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        specials=["<think>", "</think>"], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
         add_bos=False, template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"], generation=_QWEN3_SAMPLING),
-    "gemma2": dict(
+    "gemma2": _spec(
         config="Gemma2Config",
         fields={**_DECODER, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 64,
                 "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "tie_word_embeddings": True},
         specials=["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"],
-        tokens=dict(bos="<bos>", eos="<eos>", pad="<pad>"), add_bos=True,
+        tokens=_spec(bos="<bos>", eos="<eos>", pad="<pad>"), add_bos=True,
         template=_GEMMA_TEMPLATE, ends=["<eos>", "<end_of_turn>"], generation={"cache_implementation": "hybrid"}),
-    "mistral": dict(
+    "mistral": _spec(
         config="MistralConfig", fields={**_DECODER, "sliding_window": None, "tie_word_embeddings": True},
-        specials=["<s>", "</s>", "[INST]", "[/INST]"], tokens=dict(bos="<s>", eos="</s>", pad=None), add_bos=True,
+        specials=["<s>", "</s>", "[INST]", "[/INST]"], tokens=_spec(bos="<s>", eos="</s>", pad=None), add_bos=True,
         template=_MISTRAL_TEMPLATE, ends=["</s>"], generation={}),
-    "phi3": dict(
+    "phi3": _spec(
         config="Phi3Config", fields={**_DECODER, "num_key_value_heads": 4, "tie_word_embeddings": True},
         # Phi-3-mini-4k-instruct: pad = EOS = <|endoftext|>, the turn's end <|end|> an end id of generation only
         specials=["<unk>", "<s>", "<|assistant|>", "<|system|>", "<|user|>", "<|end|>"],
-        tokens=dict(bos="<s>", eos="<|endoftext|>", pad="<|endoftext|>", unk="<unk>"), add_bos=False,
+        tokens=_spec(bos="<s>", eos="<|endoftext|>", pad="<|endoftext|>", unk="<unk>"), add_bos=False,
         template=_PHI3_TEMPLATE, ends=["<|endoftext|>", "<|assistant|>", "<|end|>"], generation={}),
-    "gpt2": dict(
+    "gpt2": _spec(
         config="GPT2Config",  # absolute positions; dropout 0.1 left on, as GPT-2's config ships it
         fields={"n_embd": 64, "n_inner": 128, "n_layer": 2, "n_head": 4, "n_positions": 1024, "resid_pdrop": 0.1,
                 "embd_pdrop": 0.1, "attn_pdrop": 0.1, "tie_word_embeddings": True},
         # GPT-2 ships no pad token and no other special: users add one ([PAD], as TRL's examples did)
-        specials=["[PAD]"], tokens=dict(bos="<|endoftext|>", eos="<|endoftext|>", pad="[PAD]"), add_bos=False,
+        specials=["[PAD]"], tokens=_spec(bos="<|endoftext|>", eos="<|endoftext|>", pad="[PAD]"), add_bos=False,
         template=_GPT2_TEMPLATE, ends=["<|endoftext|>"], generation={}),
 }
 FAMILIES = tuple(FAMILY_SPECS)
@@ -278,8 +285,8 @@ def _family_config(name, tokenizer, **overrides):
     import transformers
 
     spec = FAMILY_SPECS[name]
-    ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-               pad_token_id=tokenizer.pad_token_id)
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "pad_token_id": tokenizer.pad_token_id}
     return getattr(transformers, spec["config"])(vocab_size=len(tokenizer), **ids, **spec["fields"], **overrides)
 
 
