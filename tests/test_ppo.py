@@ -314,11 +314,16 @@ def test_the_clipped_policy_loss_is_the_pessimistic_bound(advantage, loss, clipp
     got, ratio, clipfrac, approxkl = clipped_policy_loss(new, old, torch.full((1, 2), advantage), 0.2,
                                                          torch.tensor([[True, True]]))
     assert got.item() == pytest.approx(loss) and clipfrac.item() == clipped
-    assert ratio[0].tolist() == pytest.approx([1.5, 0.5])
+    assert ratio.item() == pytest.approx((1.5 + 0.5) / 2)
     assert approxkl.item() == pytest.approx(0.5 * (math.log(1.5) ** 2 + math.log(0.5) ** 2) / 2)
     got.backward()  # the gradient reaches only the unclipped term
     kept = [0.0, 1.0] if advantage > 0 else [1.0, 0.0]
     assert (new.grad[0] != 0).float().tolist() == kept
+    # The second position padding: the mean ratio and the approximate KL are the first's alone (a padding position's
+    # log ratio is 0 and its ratio 1: counted, they pulled both toward no change)
+    _, ratio, _, approxkl = clipped_policy_loss(new, old, torch.full((1, 2), advantage), 0.2,
+                                                torch.tensor([[True, False]]))
+    assert ratio.item() == pytest.approx(1.5) and approxkl.item() == pytest.approx(0.5 * math.log(1.5) ** 2)
 
 
 def test_entropy_of_logits():

@@ -173,8 +173,9 @@ def clipped_value_loss(predicted, old_values, returns, cliprange_value, mask):
 def clipped_policy_loss(logprobs, old_logprobs, advantages, cliprange, mask):
     """PPO's clipped surrogate (Schulman et al. 2017): -A x ratio, the ratio pi / pi_old also clipped to 1 +-
     `cliprange` and the larger of the two losses kept (the pessimistic bound), averaged over `mask`.
-    Returns (loss, ratio, the share of positions clipped, approximate KL 0.5 x E[(log ratio)^2]); all but the loss
-    detached."""
+    Returns (loss, the mean ratio, the share of positions clipped, approximate KL 0.5 x E[(log ratio)^2]), each over
+    `mask` (a padding position's ratio is 1 and its log ratio 0: counted, they pulled both toward no change); all but
+    the loss detached."""
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
@@ -182,8 +183,9 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, cliprange, mask):
     loss = masked_mean(torch.max(unclipped, clipped), mask)
     with torch.no_grad():
         clipfrac = masked_mean((clipped > unclipped).float(), mask)
-        approxkl = 0.5 * (log_ratio**2).mean()
-    return loss, ratio.detach(), clipfrac, approxkl
+        approxkl = 0.5 * masked_mean(log_ratio**2, mask)
+        mean_ratio = masked_mean(ratio, mask)
+    return loss, mean_ratio, clipfrac, approxkl
 
 
 def entropy(logits):

@@ -38,6 +38,7 @@ from rlhf.ppo.maths import (
     gae,
     get_reward,
     kl_penalized_rewards,
+    masked_mean,
     masked_whiten,
     rollout_without_signal,
     score_completions,
@@ -185,10 +186,11 @@ class RolloutSteps:
                         logits = output.logits[:, start:-1]
                         logits /= args.temperature + 1e-7
                         new_logprobs = selective_log_softmax(logits, r.responses[i])
-                        with torch.no_grad():
-                            step_entropy = entropy(logits).mean()
-                        # The logits over the vocabulary are freed before the backward pass fills the memory with
-                        # the weights' gradients (the graph keeps what it needs of them).
+                        with torch.no_grad():  # over the completion's tokens, not the padding after its end
+                            step_entropy = masked_mean(entropy(logits), ~r.padding_mask[i])
+                        # Our references to the logits over the vocabulary go, not always the memory: in float32
+                        # (the default) selective_log_softmax's logsumexp keeps the logits for the backward pass; in
+                        # bfloat16 its log_softmax keeps its own output instead, and the logits are freed here.
                         del output, logits
                         new_logprobs = torch.masked_fill(new_logprobs, r.padding_mask[i], INVALID_LOGPROB)
                         vpred = vpred_temp[:, start:-1].squeeze(-1)
@@ -209,7 +211,7 @@ class RolloutSteps:
                             for name, value in (("approxkl", approxkl), ("pg_clipfrac", pg_clipfrac),
                                                 ("pg_loss", pg_loss), ("vf_loss", vf_loss),
                                                 ("vf_clipfrac", vf_clipfrac), ("entropy", step_entropy),
-                                                ("ratio", ratio.mean())):
+                                                ("ratio", ratio)):
                                 stats[name][at] = value
                 del vpred_temp, new_logprobs, vpred, vf_loss, pg_loss, ratio, step_entropy
         return stats
