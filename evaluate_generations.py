@@ -25,6 +25,7 @@ See docs/evaluation.md for the JSON layout.
 import functools
 import logging
 import sys
+from pathlib import Path
 
 from rlhf import preflight
 from rlhf.checks import prompt_room
@@ -40,9 +41,9 @@ from rlhf.evaluation.report import (
     scoring_record,
 )
 from rlhf.evaluation.stats import compare, summarize
-from rlhf.lifecycle.manifest import LIBRARIES, versions
+from rlhf.lifecycle.manifest import LIBRARIES, read_manifest, versions
 from rlhf.lifecycle.signals import Interrupted, StopOnSignal
-from rlhf.models import load_causal_lm, load_tokenizer, reward_model_dtype, sampling_note
+from rlhf.models import load_causal_lm, load_tokenizer, reward_model_dtype, sampling_note, stop_token_ids
 from rlhf.processes import on_gpu
 from rlhf.rewards.functions import check_reward_columns, load_reward_funcs
 from rlhf.rewards.reward_model import reward_model_scorer
@@ -148,13 +149,14 @@ def evaluate(args, rewards, report, stop):
     for path in args.model_path[len(results):]:
         model, model_tokenizer = load_causal_lm(path, args.dtype, args.trust_remote_code)
         model.to(device)
-        note = sampling_note("the evaluation", path, model.generation_config,
-                             {"temperature": args.temperature, "top_p": args.top_p})
-        if note:
+        stops, stops_note = run_stops(path, model, model_tokenizer)
+        notes = (stops_note, sampling_note("the evaluation", path, model.generation_config,
+                                           {"temperature": args.temperature, "top_p": args.top_p}))
+        for note in filter(None, notes):
             print(note, flush=True)
         with tqdm(total=len(prompts) * args.num_completions, desc=f"Generating with {path}") as progress:
             completions = generate(model, model_tokenizer, prompts, args.num_completions, args.max_new_tokens,
-                                   args.temperature, args.top_p, args.batch_size, args.seed, progress, stop)
+                                   args.temperature, args.top_p, args.batch_size, args.seed, progress, stop, stops)
         del model
         score(funcs, weights, rows, completions)
         if judge_scorer is not None:
@@ -170,6 +172,19 @@ def evaluate(args, rewards, report, stop):
         report["complete"] = len(results) == len(args.model_path)
         save_report(args.output_file, report)
         stop.check()
+
+
+def run_stops(path, model, tokenizer):
+    """The ids where the completions of the model in `path` end, as its training ended them: PPO's `--stop_token none
+    --stop_token_id X` (read from the run's run_manifest.json, which an adapter folder has too), else the tokenizer's
+    EOS and every end the model's generation config declares; and the note line that says a run's own, or None."""
+    trained = read_manifest(path).get("config", {}).get("PPOTrainingConfig", {}) if Path(path).is_dir() else {}
+    if trained.get("stop_token", "eos") == "eos":
+        return stop_token_ids(tokenizer, model), None
+    stops = stop_token_ids(tokenizer, model, None, trained.get("stop_token_id"))
+    ending = f"--stop_token_id {stops[0]} alone" if stops else "no token (to the length limit)"
+    return stops, (f"note: {path} was trained with its completions ending at {ending} (its run_manifest.json): "
+                   "evaluated so")
 
 
 def per_prompt(result):

@@ -665,3 +665,28 @@ def test_a_judge_with_its_own_tokenizer_scores_beside_the_verifier_when_no_rewar
     assert [c["judge_reward"] for p in prompts for c in p["completions"]] == pytest.approx(expected, abs=1e-5)
     assert len(set(expected)) > 1  # the judge tells the completions apart
     assert "win rate: judge" in result.stdout and "disagreement" not in result.stdout
+
+
+def test_a_model_is_evaluated_ending_its_completions_where_its_training_did(tiny_models, end_of_turn_models, tmp_path):
+    """After PPO with `--stop_token none --stop_token_id X`, the evaluation stopped at EOS and X (and an adapter folder
+    lost X): it reads the run's own stop from its run_manifest.json."""
+    import json
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evaluate_generations import run_stops
+
+    tokenizer = AutoTokenizer.from_pretrained(end_of_turn_models["policy"])
+    model = AutoModelForCausalLM.from_pretrained(end_of_turn_models["policy"])
+    eos, eot = tokenizer.eos_token_id, end_of_turn_models["end_of_turn"]
+    assert run_stops(end_of_turn_models["policy"], model, tokenizer) == (tuple(sorted({eos, eot})), None)  # no run
+    adapter = shutil.copytree(end_of_turn_models["adapter"], tmp_path / "adapter")
+    for stop_token, stop_token_id, stops in (("eos", None, tuple(sorted({eos, eot}))), (None, eot, (eot,)),
+                                             (None, None, ())):
+        config = {"PPOTrainingConfig": {"stop_token": stop_token, "stop_token_id": stop_token_id}}
+        (adapter / "run_manifest.json").write_text(json.dumps({"config": config}))
+        got, note = run_stops(adapter, model, tokenizer)
+        assert got == stops and (note is None) == (stop_token == "eos")
+    assert note == (f"note: {adapter} was trained with its completions ending at no token (to the length limit) (its "
+                    "run_manifest.json): evaluated so")
