@@ -467,23 +467,34 @@ def test_an_interval_shows_a_win_or_a_loss_only_wholly_off_one_half():
     assert interval_verdict(0.5, 0.7) == interval_verdict(0.3, 0.5) == interval_verdict(0.4, 0.6) == "not shown"
 
 
-@pytest.mark.parametrize("reward, judge, agreement", [
-    ((0.55, 0.70), (0.30, 0.45), "disagree"),      # a win under the reward, a loss under the judge
-    ((0.30, 0.45), (0.55, 0.70), "disagree"),      # and the other way round
-    ((0.55, 0.70), (0.45, 0.60), "inconclusive"),  # a win the judge does not confirm
-    ((0.40, 0.60), (0.20, 0.45), "inconclusive"),
-    ((0.55, 0.70), (0.51, 0.90), "agree"),
-    ((0.30, 0.45), (0.10, 0.40), "agree"),
-    ((0.40, 0.60), (0.50, 0.70), "agree"),         # neither shows anything: touching 0.5 is no win
-    ((0.50, 0.70), (0.30, 0.45), "inconclusive"),
+@pytest.mark.parametrize("reward, judge, difference, agreement", [
+    ((0.55, 0.70), (0.30, 0.45), (-0.4, -0.1), "disagree"),  # a win under the reward, a loss under the judge
+    ((0.30, 0.45), (0.55, 0.70), (0.1, 0.4), "disagree"),    # and the other way round
+    ((0.55, 0.70), (0.45, 0.60), (-0.2, -0.05), "differ"),   # a win the judge confirms less, the pair shows it
+    ((0.55, 0.70), (0.45, 0.60), (-0.15, 0.02), "agree"),    # ... where the paired difference is not shown
+    ((0.66, 0.84), (0.42, 0.61), (-0.33, -0.13), "differ"),  # 0.75 beside 0.52: the two intervals alone said nothing
+    ((0.40, 0.60), (0.50, 0.70), (-0.05, 0.15), "agree"),    # neither shows anything: touching 0.5 is no win
+    ((0.55, 0.70), (0.51, 0.90), (-0.1, 0.2), "agree"),
 ])
-def test_the_judge_disagrees_only_where_one_interval_shows_a_win_and_the_other_a_loss(reward, judge, agreement):
+def test_the_judge_differs_where_the_paired_difference_is_shown_and_disagrees_on_a_win_against_a_loss(
+        reward, judge, difference, agreement):
     from rlhf.evaluation.stats import judge_agreement
 
-    def interval(bounds):
-        return {"ci_low": bounds[0], "ci_high": bounds[1]}
+    reward = {"ci_low": reward[0], "ci_high": reward[1]}
+    judge = {"ci_low": judge[0], "ci_high": judge[1], "difference_ci_low": difference[0],
+             "difference_ci_high": difference[1]}
+    assert judge_agreement(reward, judge) == agreement
 
-    assert judge_agreement(interval(reward), interval(judge)) == agreement
+
+def test_the_difference_of_the_judges_and_the_rewards_win_rates_is_paired_over_prompts():
+    # On every prompt the reward sees a win and the judge a tie (0.5: its interval shows nothing, which the intervals
+    # alone read as no verdict): the paired difference shows the judge lower.
+    model = judged([(1.0, 1.0), (1.0, -1.0)], [(2.0, 2.0), (2.0, 0.0)], [(3.0, 3.0), (3.0, 1.0)],
+                   [(4.0, 4.0), (4.0, 2.0)])
+    baseline = judged([(0.0, 0.0)] * 2, [(1.0, 1.0)] * 2, [(2.0, 2.0)] * 2, [(3.0, 3.0)] * 2)
+    judge = compare(model, baseline)["judge"]
+    assert judge["win_rate"] == 0.5 and judge["difference"] == -0.5
+    assert judge["difference_ci_low"] == judge["difference_ci_high"] == -0.5 and judge["agreement"] == "differ"
 
 
 def judged(*per_prompt):
@@ -499,6 +510,7 @@ def test_the_judges_win_rate_is_taken_on_its_own_scores_and_summarised_beside_th
     result = compare(model, baseline)
     assert (result["win_rate"], result["ci_low"], result["mean_reward_delta"]) == (1.0, 1.0, 1.0)
     assert result["judge"] == {"win_rate": 0.0, "ci_low": 0.0, "ci_high": 0.0, "mean_reward_delta": -1.0,
+                               "difference": -1.0, "difference_ci_low": -1.0, "difference_ci_high": -1.0,
                                "agreement": "disagree"}
     summary = summarize(model)
     assert summary["mean_reward"] == 2.0 and summary["judge"]["mean_reward"] == 0.0
@@ -514,21 +526,25 @@ def test_the_table_puts_the_judges_win_rates_beside_the_rewards_and_says_where_t
                 "reward_length_correlation": None,
                 "judge": {"mean_reward": -mean, "std_reward": 0.2, "reward_length_correlation": 0.5}}
 
-    def against(path, reward, judge, agreement):
+    def against(path, reward, judge, difference, agreement):
         return {"model_path": path, "win_rate": sum(reward) / 2, "ci_low": reward[0], "ci_high": reward[1],
                 "mean_reward_delta": 0.1, "judge": {"win_rate": sum(judge) / 2, "ci_low": judge[0],
                                                     "ci_high": judge[1], "mean_reward_delta": -0.1,
-                                                    "agreement": agreement}}
+                                                    "difference": sum(difference) / 2,
+                                                    "difference_ci_low": difference[0],
+                                                    "difference_ci_high": difference[1], "agreement": agreement}}
 
-    comparison = [against("grpo", (0.6, 0.8), (0.2, 0.4), "disagree"),
-                  against("ppo", (0.2, 0.4), (0.6, 0.8), "disagree"),
-                  against("sft", (0.6, 0.8), (0.4, 0.6), "inconclusive")]
-    results = [{"model_path": path, "summary": summary(0.5)} for path in ("base", "grpo", "ppo", "sft")]
+    comparison = [against("grpo", (0.6, 0.8), (0.2, 0.4), (-0.5, -0.3), "disagree"),
+                  against("ppo", (0.2, 0.4), (0.6, 0.8), (0.3, 0.5), "disagree"),
+                  against("sft", (0.6, 0.8), (0.4, 0.6), (-0.3, 0.1), "agree"),
+                  against("rloo", (0.66, 0.84), (0.42, 0.62), (-0.33, -0.13), "differ")]
+    results = [{"model_path": path, "summary": summary(0.5)} for path in ("base", "grpo", "ppo", "sft", "rloo")]
     lines = format_table(results, comparison).splitlines()
     header = lines.index("model   judge mean±std corr(len)  win rate: reward       win rate: judge")
     assert lines[header + 1] == "base    -0.500±0.200       +0.50  (baseline)"
     assert lines[header + 2] == "grpo    -0.500±0.200       +0.50  0.70 [0.60, 0.80]      0.30 [0.20, 0.40]"
-    assert lines[header + 5:] == [disagreement(comparison[0]), disagreement(comparison[1])]  # one line each
+    assert lines[header + 6:] == [disagreement(comparison[0]), disagreement(comparison[1]),
+                                  disagreement(comparison[3])]  # one line each
     assert disagreement(comparison[0]) == (
         "disagreement: grpo wins against the baseline under the reward (0.70 [0.60, 0.80]) and loses under the judge "
         "(0.30 [0.20, 0.40]): a win under the reward that a judge it never trained against sees as a loss: it may "
@@ -536,6 +552,10 @@ def test_the_table_puts_the_judges_win_rates_beside_the_rewards_and_says_where_t
     assert disagreement(comparison[1]).startswith("disagreement: ppo loses against the baseline under the reward "
                                                   "(0.30 [0.20, 0.40]) and wins under the judge (0.70 [0.60, 0.80])")
     assert disagreement(comparison[2]) is None
+    assert disagreement(comparison[3]) == (
+        "difference: rloo's win rate under the judge (0.52 [0.42, 0.62]) is lower than under the reward (0.75 [0.66, "
+        "0.84]) by 0.23 (paired over prompts, judge - reward [-0.33, -0.13]): part of its win under the reward may be "
+        "what the reward model pays rather than what it stands for; read its completions")
 
 
 def judge_args(tiny_models, tmp_path, judge, *models):

@@ -37,11 +37,21 @@ def win_figure(comparison):
 
 
 def disagreement(comparison):
-    """The one line that says the judge and the reward disagree about a model (one interval shows a win, the other a
-    loss: `judge_agreement`), or None."""
+    """The one line that says the judge and the reward read a model differently (`judge_agreement`): one interval
+    shows a win and the other a loss, or the paired difference of the two win rates is shown; None where they agree.
+    """
     judge = comparison.get("judge")
-    if not judge or judge["agreement"] != "disagree":
+    if not judge or judge["agreement"] not in ("disagree", "differ"):
         return None
+    if judge["agreement"] == "differ":
+        lower = judge["difference"] < 0
+        low, high = (interval_bound(judge[f"difference_ci_{end}"], 0, sign=True) for end in ("low", "high"))
+        why = ("part of its win under the reward may be what the reward model pays rather than what it stands for"
+               if lower else "the judge rates it better than the reward model does")
+        return (f"difference: {comparison['model_path']}'s win rate under the judge ({win_figure(judge)}) is "
+                f"{'lower' if lower else 'higher'} than under the reward ({win_figure(comparison)}) by "
+                f"{abs(judge['difference']):.2f} (paired over prompts, judge - reward [{low}, {high}]): {why}; read "
+                "its completions")
     reward_wins = comparison["ci_low"] > 0.5
     why = ("a win under the reward that a judge it never trained against sees as a loss: it may have learnt what the "
            "reward model pays rather than what it stands for" if reward_wins

@@ -109,8 +109,9 @@ def compare(model_prompts, baseline_prompts, seed=0):
       averaged over prompts; `ci_low`/`ci_high`: its 95% bootstrap interval over prompts; `mean_reward_delta`.
     - With the verifier: `accuracy_delta`, the gain in verifier accuracy, with a paired 95% bootstrap interval
       (`accuracy_delta_ci_low`/`_high`): the per-prompt differences are resampled, prompts being shared.
-    - With a judge (`judge_reward`): `judge`, its win rate, interval and reward delta alike, and its `agreement`
-      with the reward's (`judge_agreement`).
+    - With a judge (`judge_reward`): `judge`, its win rate, interval and reward delta alike; `difference`, the judge's
+      win rate minus the reward's with a paired 95% interval over prompts (`difference_ci_low`/`_high`: both scored
+      the same completions); and its `agreement` with the reward's (`judge_agreement`).
     """
     result = win_rate(model_prompts, baseline_prompts, "reward", seed)
     if "verdict" in model_prompts[0][0]:
@@ -120,20 +121,30 @@ def compare(model_prompts, baseline_prompts, seed=0):
         result.update(accuracy_delta=statistics.fmean(deltas), accuracy_delta_ci_low=low, accuracy_delta_ci_high=high)
     if "judge_reward" in model_prompts[0][0]:
         judge = win_rate(model_prompts, baseline_prompts, "judge_reward", seed)
+        differences = [judged - rewarded for judged, rewarded in zip(
+            win_scores(model_prompts, baseline_prompts, "judge_reward"),
+            win_scores(model_prompts, baseline_prompts, "reward"), strict=True)]
+        low, high = bootstrap_interval(differences, seed=seed)
+        judge.update(difference=statistics.fmean(differences), difference_ci_low=low, difference_ci_high=high)
         result["judge"] = {**judge, "agreement": judge_agreement(result, judge)}
     return result
+
+
+def win_scores(model_prompts, baseline_prompts, key):
+    """Per prompt, the share of (model, baseline) completion pairs the model wins under the score `key`."""
+    def scores(prompts):
+        return [[c[key] for c in cs] for cs in prompts]
+
+    return prompt_win_scores(scores(model_prompts), scores(baseline_prompts))
 
 
 def win_rate(model_prompts, baseline_prompts, key="reward", seed=0):
     """`win_rate` (ties half), its 95% bootstrap interval over prompts (`ci_low`, `ci_high`) and `mean_reward_delta`
     of a model against the baseline under the score `key` of each completion (`reward`, or the judge's)."""
-    def rewards(prompts):
-        return [[c[key] for c in cs] for cs in prompts]
-
-    scores = prompt_win_scores(rewards(model_prompts), rewards(baseline_prompts))
+    scores = win_scores(model_prompts, baseline_prompts, key)
     low, high = bootstrap_interval(scores, seed=seed)
-    flat = [r for rs in rewards(model_prompts) for r in rs]
-    flat_baseline = [r for rs in rewards(baseline_prompts) for r in rs]
+    flat = [c[key] for cs in model_prompts for c in cs]
+    flat_baseline = [c[key] for cs in baseline_prompts for c in cs]
     return {
         "win_rate": statistics.fmean(scores),
         "ci_low": low,
@@ -153,11 +164,13 @@ def interval_verdict(low, high):
 
 
 def judge_agreement(reward, judge):
-    """How the judge's win rate reads beside the reward's (each a dict with `ci_low` and `ci_high`): "disagree" when
-    one interval shows a win and the other a loss, "agree" when both show the same, else "inconclusive" (one shows a
-    difference the other does not, e.g. a win under the reward that the judge does not confirm)."""
+    """How the judge's win rate reads beside the reward's (each a dict with `ci_low` and `ci_high`; the judge's also
+    with the paired interval of its difference, `difference_ci_low`/`_high`): "disagree" when one interval shows a win
+    and the other a loss; "differ" when the paired difference is shown (its interval clears 0: a win of 0.75 under the
+    reward beside 0.52 under the judge, whose two intervals alone would both read as one thing or nothing); else
+    "agree"."""
     verdicts = {interval_verdict(reward["ci_low"], reward["ci_high"]),
                 interval_verdict(judge["ci_low"], judge["ci_high"])}
     if verdicts == {"win", "loss"}:
         return "disagree"
-    return "agree" if len(verdicts) == 1 else "inconclusive"
+    return "differ" if judge["difference_ci_low"] > 0 or judge["difference_ci_high"] < 0 else "agree"
