@@ -344,8 +344,9 @@ def ending_family_policy(source, path, token_ids, probability):
         for name, parameter in model.named_parameters():
             if any(part in name for part in ("o_proj", "down_proj", "c_proj", ".wpe.")):
                 parameter.zero_()
-        embeddings.copy_(embeddings[0].clone().expand_as(embeddings))
-        ids = torch.tensor([[tokenizer.convert_tokens_to_ids(tokenizer.all_special_tokens[0])]])
+        # (not the pad's row: a padding_idx left it zero)
+        embeddings.copy_(embeddings[embeddings.norm(dim=1).argmax()].clone().expand_as(embeddings))
+        ids = torch.tensor([[0]])
         h = model.base_model(input_ids=ids).last_hidden_state[0, -1]
         n, k = len(embeddings), len(token_ids)
         gap = math.log(probability * (n - k) / (1 - k * probability))
