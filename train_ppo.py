@@ -48,8 +48,9 @@ def main(model_args, data_args, training_args):
     from transformers import set_seed
 
     set_seed(training_args.seed)
-    # TRL's PPO masks every pad-id token, so a pad equal to EOS would hide the prompt's end-of-turn tokens.
-    ensure_distinct_pad(tokenizer)
+    # PPO masks every pad-id token: a pad equal to EOS or another end would hide the ends.
+    ensure_distinct_pad(tokenizer, stop_token_ids(tokenizer, model_args.model_name_or_path, training_args.stop_token,
+                                                  training_args.stop_token_id, training_args.trust_remote_code))
 
     ################
     # Dataset: chat-templated prompts, tokenized

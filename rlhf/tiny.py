@@ -225,18 +225,18 @@ FAMILY_SPECS = {
         generation={"do_sample": True, "temperature": 0.6, "top_p": 0.9}),
     "qwen2.5": _spec(
         config="Qwen2Config", fields={**_DECODER, "tie_word_embeddings": True},
-        specials=[], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"), add_bos=False,
+        specials=["<|fim_pad|>"], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"), add_bos=False,
         template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"],
         generation={"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20}),
     "qwen3": _spec(
         config="Qwen3Config", fields={**_DECODER, "head_dim": 16, "tie_word_embeddings": True},
-        specials=["<think>", "</think>"], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        specials=["<think>", "</think>", "<|fim_pad|>"], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
         add_bos=False, template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"], generation=_QWEN3_SAMPLING),
     "qwen3_moe": _spec(
         config="Qwen3MoeConfig",
         fields={**_DECODER, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                 "decoder_sparse_step": 1, "tie_word_embeddings": True},
-        specials=["<think>", "</think>"], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        specials=["<think>", "</think>", "<|fim_pad|>"], tokens=_spec(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
         add_bos=False, template=_CHATML, ends=["<|im_end|>", "<|endoftext|>"], generation=_QWEN3_SAMPLING),
     "gemma2": _spec(
         config="Gemma2Config",

@@ -433,3 +433,17 @@ def test_ppo_scores_a_cut_off_completion_as_grpo_and_the_evaluation_do(tmp_path)
     assert rewards.score_completions(batch, prompt_length).tolist() == pytest.approx(grpo, abs=1e-5)
     # read at its last token (TRL's PPO), the cut-off completion scored otherwise
     assert get_reward(model, batch, pad, prompt_length)[1][1].item() != pytest.approx(grpo[1], abs=1e-3)
+
+
+def test_ppo_pads_with_no_token_a_completion_ends_at():
+    """Qwen2.5 pads with `<|endoftext|>`, one of its declared ends: PPO masks pad-id tokens, so a completion that
+    ended there at its first token was masked whole (a NaN loss at step 1)."""
+    from rlhf import tiny
+    from rlhf.rewards.reward_model import ensure_distinct_pad
+
+    tokenizer = tiny.build_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|endoftext|>", "<|fim_pad|>"]})
+    tokenizer.pad_token = "<|endoftext|>"
+    end = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert ensure_distinct_pad(tokenizer).pad_token == "<|endoftext|>"  # not the EOS: kept, where no end is given
+    assert ensure_distinct_pad(tokenizer, (tokenizer.eos_token_id, end)).pad_token == "<|fim_pad|>"

@@ -30,12 +30,14 @@ JUDGE_HINT = (f" (a judge is a reward model the policies never trained against: 
 # What a sequence classifier that scores completions is called in messages: its flag, and where to get one.
 ROLES = {"reward model": ("--reward_model_name_or_path", REWARD_HINT),
          "judge": ("--judge_model_name_or_path", JUDGE_HINT)}
-PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<unk>")
+PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<|fim_pad|>", "<unk>")
 
 
-def ensure_distinct_pad(tokenizer):
-    """Make the pad token differ from EOS (and BOS), so that EOS is never mistaken for padding. Returns tokenizer."""
-    special = {tokenizer.eos_token_id, tokenizer.bos_token_id}
+def ensure_distinct_pad(tokenizer, stop_token_ids=()):
+    """Make the pad token differ from EOS, BOS and every token a completion stops at (`stop_token_ids`: Qwen2.5 pads
+    with `<|endoftext|>`, one of its declared ends), so that an end is never mistaken for padding: PPO masks every
+    pad-id token, and a completion ended there at its first token was masked whole (a NaN loss). Returns tokenizer."""
+    special = {tokenizer.eos_token_id, tokenizer.bos_token_id, *stop_token_ids}
     if tokenizer.pad_token_id is not None and tokenizer.pad_token_id not in special:
         return tokenizer
     vocab = tokenizer.get_vocab()
@@ -44,8 +46,9 @@ def ensure_distinct_pad(tokenizer):
             tokenizer.pad_token = token
             return tokenizer
     raise UserError(
-        f"tokenizer {tokenizer.name_or_path} pads with its EOS token and has no other token to pad with "
-        f"(tried {', '.join(PAD_CANDIDATES)}); add a pad token to it"
+        f"tokenizer {tokenizer.name_or_path} pads with {tokenizer.pad_token or tokenizer.eos_token}, a token that "
+        f"ends its completions, and has no other token to pad with (tried {', '.join(PAD_CANDIDATES)}); add a pad "
+        "token to it"
     )
 
 
@@ -68,23 +71,36 @@ def turn_end_ids(tokenizer):
 
 
 def tokenize_pairs(pairs, tokenizer, max_length=None):
-    """`chosen_ids`/`rejected_ids` for TRL's RewardTrainer, tokenized exactly as `score_conversations` scores.
-
-    TRL drops the pairs longer than `max_length` (--max_length); none left would fail in its data loader."""
+    """`chosen_ids`/`rejected_ids` for TRL's RewardTrainer, tokenized exactly as `score_conversations` scores, and the
+    pairs longer than `max_length` (--max_length) dropped and counted in one line, as TRL would drop them unsaid. A
+    pair whose text is longer than `max_length` tokens could spell is dropped before it is tokenized (`longest_token`).
+    None left would fail in TRL's data loader: refused in one line."""
+    from rlhf.data import longest_token
 
     def ids(messages):
         return tokenizer(render_for_reward(tokenizer, messages), add_special_tokens=False)["input_ids"]
 
-    tokenized = pairs.map(
+    if max_length is not None:
+        most = max_length * longest_token(tokenizer)
+        short = pairs.filter(lambda pair: all(len(render_for_reward(tokenizer, pair[side])) <= most
+                                              for side in ("chosen", "rejected")), desc="Dropping over-long pairs")
+    tokenized = (pairs if max_length is None else short).map(
         lambda pair: {"chosen_ids": ids(pair["chosen"]), "rejected_ids": ids(pair["rejected"])},
         desc="Tokenizing pairs",
     )
-    if max_length is not None and len(tokenized) and not any(
-            max(len(c), len(r)) <= max_length for c, r in zip(tokenized["chosen_ids"], tokenized["rejected_ids"])):
-        shortest = min(max(len(c), len(r)) for c, r in zip(tokenized["chosen_ids"], tokenized["rejected_ids"]))
-        raise UserError(f"every training pair is longer than --max_length {max_length} tokens (the shortest has "
-                        f"{shortest}); raise --max_length")
-    return tokenized
+    if max_length is None:
+        return tokenized
+    kept = tokenized.filter(lambda pair: max(len(pair["chosen_ids"]), len(pair["rejected_ids"])) <= max_length,
+                            desc=f"Dropping pairs over {max_length} tokens")
+    if len(pairs) and not len(kept):
+        lengths = [max(len(c), len(r)) for c, r in zip(tokenized["chosen_ids"], tokenized["rejected_ids"])]
+        shortest = f"the shortest has {min(lengths)}" if lengths else f"each has more than {most} characters"
+        raise UserError(f"every training pair is longer than --max_length {max_length} tokens ({shortest}); raise "
+                        "--max_length")
+    if is_main_process():
+        print(f"{len(kept)} training pairs kept, {len(pairs) - len(kept)} dropped as longer than --max_length "
+              f"{max_length} tokens.", flush=True)
+    return kept
 
 
 def check_reward_model(path, trust_remote_code=False, what="reward model"):
