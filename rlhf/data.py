@@ -302,7 +302,13 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
         text = render_prompt(tokenizer, row["prompt"])
         return len(tokenizer(text, add_special_tokens=False, verbose=not dropped_anyway)["input_ids"])
 
-    kept = dataset.filter(lambda row: length(row) <= max_prompt_length, desc="Dropping over-long prompts")
+    longest = longest_token(tokenizer)
+
+    def fits(row):  # a text of more characters than that many tokens could spell is not tokenized
+        return (len(render_prompt(tokenizer, row["prompt"])) <= max_prompt_length * longest
+                and length(row) <= max_prompt_length)
+
+    kept = dataset.filter(fits, desc="Dropping over-long prompts")
     dropped = len(dataset) - len(kept)
     logger.info(
         "Dataset schema '%s': %d prompts kept, %d dropped as longer than %d tokens.",
@@ -312,6 +318,13 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
         shortest = min(length(row) for row in dataset)
         raise UserError(too_long(max_prompt_length, shortest, room))
     return kept, schema, dropped
+
+
+def longest_token(tokenizer):
+    """The most characters one token of `tokenizer` spells: a text of more than n times as many characters holds more
+    than n tokens, known without tokenizing it (a 50 MB row took minutes and 11 GB to tokenize, only to be dropped as
+    too long). Byte-level BPE and SentencePiece tokens spell at least the characters they stand for."""
+    return max(map(len, tokenizer.get_vocab()))
 
 
 def too_long(max_prompt_length, shortest, room=None):

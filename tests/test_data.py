@@ -355,3 +355,27 @@ def test_the_generator_writes_a_judges_pairs_only_where_asked_and_keeps_a_file_o
     other = generate("--judge", "--seed", "7", "--output", out)
     assert other.returncode == 2 and f"error: {out} exists and holds other rows; it is kept" in other.stderr
     assert out.read_text() == written
+
+
+def test_a_prompt_longer_than_max_prompt_length_tokens_could_spell_is_dropped_without_being_tokenized(tiny_models):
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from rlhf.data import build_prompt_dataset, longest_token
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    huge = "word " * (512 * longest_token(tokenizer))
+    rows = tiny.orca_rows(3) + [dict(tiny.orca_rows(1)[0], question=huge)]
+    tokenized = []
+    original = type(tokenizer).__call__
+
+    def recording(self, text, *args, **kwargs):
+        tokenized.append(len(text))
+        return original(self, text, *args, **kwargs)
+
+    type(tokenizer).__call__ = recording
+    try:
+        kept, _, dropped = build_prompt_dataset(Dataset.from_list(rows), tokenizer, 512)
+    finally:
+        type(tokenizer).__call__ = original
+    assert (len(kept), dropped) == (3, 1) and max(tokenized) < len(huge)
