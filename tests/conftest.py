@@ -1,3 +1,4 @@
+import contextlib
 import importlib
 import logging
 import os
@@ -109,6 +110,22 @@ def families(tmp_path_factory):
             for name in tiny.FAMILIES}
 
 
+@contextlib.contextmanager
+def texts_tokenized(tokenizer):
+    """The length of every text `tokenizer` is called on while inside: a list, filled as it is called."""
+    lengths, call = [], type(tokenizer).__call__
+
+    def recording(self, text, *args, **kwargs):
+        lengths.append(len(text))
+        return call(self, text, *args, **kwargs)
+
+    type(tokenizer).__call__ = recording
+    try:
+        yield lengths
+    finally:
+        type(tokenizer).__call__ = call
+
+
 def script_command(script, *args, processes=1, env=None):
     """The command line and environment that run one of the package's scripts as a user would.
 
@@ -135,7 +152,6 @@ def run_in_process(script, *args, env=None, cwd=None):
     variables, working folder, signal handlers, `sys.path`, the users' reward modules it imported, accelerate's
     state) is put back after it. A bug's exception propagates to the test.
     """
-    import contextlib
     import io
     import signal
 

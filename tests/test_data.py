@@ -361,21 +361,12 @@ def test_a_prompt_longer_than_max_prompt_length_tokens_could_spell_is_dropped_wi
     from datasets import Dataset
     from transformers import AutoTokenizer
 
+    from conftest import texts_tokenized
     from rlhf.data import build_prompt_dataset, longest_token
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
     huge = "word " * (512 * longest_token(tokenizer))
     rows = tiny.orca_rows(3) + [dict(tiny.orca_rows(1)[0], question=huge)]
-    tokenized = []
-    original = type(tokenizer).__call__
-
-    def recording(self, text, *args, **kwargs):
-        tokenized.append(len(text))
-        return original(self, text, *args, **kwargs)
-
-    type(tokenizer).__call__ = recording
-    try:
+    with texts_tokenized(tokenizer) as tokenized:
         kept, _, dropped = build_prompt_dataset(Dataset.from_list(rows), tokenizer, 512)
-    finally:
-        type(tokenizer).__call__ = original
     assert (len(kept), dropped) == (3, 1) and max(tokenized) < len(huge)

@@ -83,6 +83,7 @@ def test_pairs_longer_than_max_length_are_dropped_and_counted_and_a_huge_one_is_
     from datasets import Dataset
     from transformers import AutoTokenizer
 
+    from conftest import texts_tokenized
     from rlhf.data import build_preference_dataset, longest_token
     from rlhf.rewards.reward_model import tokenize_pairs
 
@@ -91,18 +92,8 @@ def test_pairs_longer_than_max_length_are_dropped_and_counted_and_a_huge_one_is_
     huge = "word " * (150 * longest_token(tokenizer))  # more characters than 150 tokens could spell
     rows[1]["chosen"], rows[2]["rejected"] = huge, "word " * 300  # over 150 tokens, under the characters' bound
     pairs, _ = build_preference_dataset(Dataset.from_list(rows))
-    tokenized = []
-    original = type(tokenizer).__call__
-
-    def recording(self, text, *args, **kwargs):
-        tokenized.append(len(text))
-        return original(self, text, *args, **kwargs)
-
-    type(tokenizer).__call__ = recording
-    try:
+    with texts_tokenized(tokenizer) as tokenized:
         kept = tokenize_pairs(pairs, tokenizer, max_length=150)
-    finally:
-        type(tokenizer).__call__ = original
     assert len(kept) == 4 and max(map(len, [*kept["chosen_ids"], *kept["rejected_ids"]])) <= 150
     assert tokenized and max(tokenized) < len(huge)  # the huge answer never reached the tokenizer
     assert capsys.readouterr().out.splitlines()[-1] == (
