@@ -168,6 +168,22 @@ def test_with_the_reward_model_whose_groups_all_differ_it_trains_what_trl_trains
 
 
 @pytest.mark.slow
+def test_rows_of_several_rounds_keep_their_positions_on_a_model_of_absolute_positions(families, tiny_models, tmp_path,
+                                                                                       rewards):
+    # GPT-2 adds a learnt embedding of each absolute position: a row re-padded to a wider round's prompts sits at other
+    # positions than those its old and reference log-probs were taken at, and the first step's KL is no longer 0
+    # (0.012 before the log-probs of re-padded rows were taken again).
+    out = tmp_path / "gpt2"
+    args = grpo_args({**families["gpt2"], "prompts": tiny_models["prompts"]}, out, "--reward_funcs",
+                     "signal_rewards.half", "--use_dynamic_sampling", "--max_steps", "1", "--prompts_per_generation",
+                     "4", "--per_device_train_batch_size", "8")
+    assert_ok(run_in_process("train_grpo.py", *args, env=rewards))
+    logged = scalars(out)
+    assert logged["train/dynamic_sampling/rounds"][0][1] > 1
+    assert logged["train/kl"][0] == (1, pytest.approx(0, abs=1e-6))
+
+
+@pytest.mark.slow
 def test_a_lora_run_trains_its_adapter_on_groups_whose_rewards_differ(tiny_models, tmp_path, rewards):
     out = tmp_path / "lora"
     assert_ok(run_in_process("train_grpo.py", *grpo_args(

@@ -26,9 +26,12 @@ import random
 MISSING_EOS_PENALTY = "missing_eos_penalty"
 
 # How TRL 1.16 pads each tensor of a scored batch (grpo_trainer.py 2437-2485): the side and the value (None: the pad
-# token). Rows of several rounds are padded to the widest round's width the same way. Prompts are left-padded: the
-# extra pads shift a prompt's positions, which rotary position embeddings do not see (TRL's own batches pad prompts
-# to the longest prompt of the batch alike).
+# token). Rows of several rounds are padded to the widest round's width the same way. Prompts are left-padded, and
+# TRL's forward passes give no position ids (`_get_per_token_logps_and_entropies`, 1419-1505): the model counts
+# positions from the first column, pads included, so a row whose prompt gets extra pads moves to later positions.
+# Rotary embeddings see only differences of positions; a model that adds an embedding of each absolute position
+# (GPT-2) computes other log-probabilities there. Such rows' old and reference log-probabilities are taken again at
+# the merged layout (`DynamicSampling._logps_again`), so that the training forward sees what they saw.
 PADDING = {"prompt_ids": ("left", None), "prompt_mask": ("left", 0), "completion_ids": ("right", None),
            "completion_mask": ("right", 0), "tool_mask": ("right", 1), "old_per_token_logps": ("right", 0.0),
            "ref_per_token_logps": ("right", 0.0), "sampling_per_token_logps": ("right", 0.0),
@@ -213,10 +216,46 @@ class DynamicSampling:
         processing = self.processing_class
         pad = getattr(processing, "tokenizer", processing).pad_token_id
         batch = take_rows(pieces, index, pad, self.accelerator.device)
+        width = batch["prompt_ids"].shape[1]
+        self._logps_again(batch, [n for n, (key, _) in enumerate(index) if pieces[key]["prompt_ids"].shape[1] < width])
         mask = batch["completion_mask"] if batch.get("tool_mask") is None else batch["completion_mask"] * batch[
             "tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()  # as TRL counts it (2498)
         return batch
+
+    def _logps_again(self, batch, rows):
+        """The old and reference log-probabilities of the `rows` of `batch` whose prompts got extra left pads (their
+        positions moved, `PADDING`), taken again at the batch's layout as TRL takes them (grpo_trainer.py 2634-2741:
+        the policy itself for the old ones; for the reference, the reference model, or the policy with its adapter
+        off or its "ref" adapter on). The weights are those the round used: no update comes between the rounds of a
+        generation. What vLLM's importance-sampling ratio (`importance_sampling_ratio`) was computed from is left as
+        the round took it."""
+        import contextlib
+
+        import torch
+        from trl.models.utils import disable_gradient_checkpointing  # TRL 1.16.0
+        from trl.trainer.utils import use_adapter  # TRL 1.16.0
+
+        names = [name for name in ("old_per_token_logps", "ref_per_token_logps") if batch.get(name) is not None]
+        if not rows or not names:
+            return
+        rows = torch.tensor(rows, device=batch["prompt_ids"].device)
+        input_ids = torch.cat([batch["prompt_ids"][rows], batch["completion_ids"][rows]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"][rows], batch["completion_mask"][rows]], dim=1)
+        logits_to_keep = batch["completion_ids"].shape[1]
+        size = self.args.per_device_train_batch_size
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            for name in names:
+                model, within = self.model, contextlib.nullcontext()
+                if name == "ref_per_token_logps" and self.ref_model is not None:
+                    model = self.ref_model
+                elif name == "ref_per_token_logps":
+                    unwrapped = self.accelerator.unwrap_model(self.model)
+                    within = use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None)
+                with within:
+                    logps, _, _ = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask,
+                                                                          logits_to_keep, batch_size=size)
+                batch[name][rows] = logps.to(batch[name].dtype)
 
 
 def _rows_of(batch, rows):
