@@ -176,7 +176,17 @@ def check_lora_targets(model_args, config, task_type="CAUSAL_LM", trust_remote_c
                         ".yaml) is not supported: its adapter is merged into weights that ZeRO-3 keeps sharded; use "
                         "deepspeed_zero2.yaml or multi_gpu.yaml, or train it without --use_peft")
     targets = lora_targets(model_args.lora_target_modules)
-    if not model_args.use_peft or config is None or targets == "all-linear":
+    if not model_args.use_peft or config is None:
+        return
+    experts = next((getattr(config, name) for name in ("num_experts", "num_local_experts", "n_routed_experts")
+                    if getattr(config, name, None)), None)
+    if targets == "all-linear" and experts and model_args.lora_dropout:
+        # PEFT 0.21 adapts the experts' fused weights as parameters (lora.ParamWrapper), which refuses dropout
+        raise UserError(f"--lora_target_modules all-linear on a mixture of experts ({config.model_type}, {experts} "
+                        "experts) adapts the experts' weights too, which PEFT does only without dropout; pass "
+                        f"--lora_dropout 0 (it is {model_args.lora_dropout:g}), or name the attention projections "
+                        "(--lora_target_modules q_proj k_proj v_proj o_proj)")
+    if targets == "all-linear":
         return
     import torch
     from accelerate import init_empty_weights
@@ -190,8 +200,10 @@ def check_lora_targets(model_args, config, task_type="CAUSAL_LM", trust_remote_c
     names = [name for name, _ in model.named_modules()]
     missing = [t for t in targets if not any(name == t or name.endswith("." + t) for name in names)]
     if missing and (targets != DEFAULT_LORA_TARGETS or len(missing) == len(targets)):
+        from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers, which PEFT adapts as such
+
         linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                         if isinstance(module, torch.nn.Linear)})
+                         if isinstance(module, (torch.nn.Linear, Conv1D))})
         raise UserError(
             f"--lora_target_modules {' '.join(missing)} matches no module of the model; its linear layers are "
             f"{' '.join(linear)} (or pass all-linear)"

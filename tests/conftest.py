@@ -25,8 +25,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # the long tests start at once and the short ones fill in around them, instead of one long test running alone at
 # the end while the other workers wait.
 LONGEST_FIRST = ("test_bench.py", "test_distributed.py", "test_engines.py", "test_quickstart.py",
-                 "test_e2e_smollm2.py", "test_families.py", "test_cli_ppo.py", "test_interruption.py",
-                 "test_ppo_trainer.py", "test_cli_ppo_warmup.py", "test_guard.py",
+                 "test_e2e_smollm2.py", "test_families.py", "test_family_stages.py", "test_cli_ppo.py",
+                 "test_interruption.py", "test_ppo_trainer.py", "test_cli_ppo_warmup.py", "test_guard.py",
                  "test_cli_grpo_dynamic_sampling.py", "test_plot.py", "test_cli_grpo.py", "test_heldout.py",
                  "test_cli_flows.py", "test_cli_reward.py", "test_cli_output_dir.py", "test_cli_errors.py",
                  "test_cli_reward_funcs.py")
