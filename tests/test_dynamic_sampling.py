@@ -78,13 +78,17 @@ def test_a_generation_trains_on_the_first_groups_that_differ_then_fills_with_gro
     assert choose_groups([[False, False], [False, True]], 3) == [(1, 1), (0, 0), (0, 1)]
 
 
-def test_extra_prompts_are_drawn_the_same_way_again_for_the_same_seed_step_and_round():
-    first = extra_prompts(0, 4, 1, 100, 8)
-    assert first == extra_prompts(0, 4, 1, 100, 8)  # every process, and a resumed run
-    assert len(set(first)) == 8 and all(0 <= index < 100 for index in first)
-    others = [extra_prompts(1, 4, 1, 100, 8), extra_prompts(0, 5, 1, 100, 8), extra_prompts(0, 4, 2, 100, 8)]
-    assert all(other != first for other in others)
-    assert len(extra_prompts(0, 0, 1, 3, 8)) == 8  # fewer prompts than a generation: drawn again
+def test_extra_prompts_come_in_passes_over_the_prompts_each_in_its_own_order():
+    first = extra_prompts(0, 0, 10, 4)
+    assert first == extra_prompts(0, 0, 10, 4)  # every process, and a resumed run
+    # the next round takes the next ones: one pass gives every prompt once, in an order of its own
+    stream = first + extra_prompts(0, 4, 10, 4) + extra_prompts(0, 8, 10, 2)
+    assert sorted(stream) == list(range(10)) and stream != list(range(10))
+    second = extra_prompts(0, 10, 10, 10)
+    assert sorted(second) == list(range(10)) and second != stream
+    assert extra_prompts(0, 6, 10, 8) == stream[6:] + second[:4]  # a round across two passes
+    assert extra_prompts(1, 0, 10, 4) != first  # another seed
+    assert sorted(extra_prompts(0, 0, 3, 6)) == [0, 0, 1, 1, 2, 2]  # fewer prompts than a round: two passes
 
 
 def test_rows_of_several_rounds_are_padded_as_trl_pads_them():

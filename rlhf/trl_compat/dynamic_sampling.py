@@ -15,11 +15,19 @@ decision is taken on the gathered rewards, so every process keeps the same group
 of the kept groups' rows (from the others where a group straddles two processes). Advantages are TRL's, computed in
 the round the group was generated in (the group's own mean and std; with `--scale_rewards batch`, that round's std).
 
-Extra prompts are drawn from the training set by a generator seeded with (seed, step, round), the same on every
-process and again on resume, so nothing about them is saved; TRL's data order (epochs) is not touched.
+Extra prompts come from a stream of passes over the training set of their own, each pass in its own order (seeded by
+the seed and the pass): prompts come in that order, none twice within a pass, and each extra round takes the next
+ones. The count taken so far (`extra_prompts_drawn`) is the same on every process and is saved in each checkpoint
+(`EXTRA_PROMPTS_FILE`), so a resumed run takes those an uninterrupted run takes, and two generations of one step
+(gradient accumulation over several generations) take different ones. TRL's data order (epochs) is not touched: a
+prompt drawn as an extra may also come in TRL's pass, so `--num_train_epochs` counts TRL's passes, not every prompt
+generated for.
 """
 
+import functools
+import json
 import random
+from pathlib import Path
 
 # The name TRL logs --missing_eos_penalty's reward function under (`rlhf.rewards.functions.MISSING_EOS_PENALTY`, which
 # tests/test_trl_compat.py checks is this): written here, as compat imports nothing from the package above it.
@@ -84,13 +92,28 @@ def choose_groups(spreads, target):
     return chosen + same[:target - len(chosen)]
 
 
-def extra_prompts(seed, step, round_, dataset_size, count):
-    """The indices of the `count` training prompts drawn for extra round `round_` of the generation at `step`: the same
-    on every process and on resume (a generator seeded by the three, Python's string seeding is stable)."""
-    draw = random.Random(f"dynamic sampling {seed} {step} {round_}")
-    if dataset_size >= count:
-        return draw.sample(range(dataset_size), count)
-    return [draw.randrange(dataset_size) for _ in range(count)]
+# The file of a checkpoint that holds how many extra prompts the run had drawn (the same on every process).
+EXTRA_PROMPTS_FILE = "dynamic_sampling.json"
+
+
+def extra_prompts(seed, drawn, dataset_size, count):
+    """The indices of the `count` training prompts that follow the `drawn` drawn before: positions `drawn` to
+    `drawn + count - 1` of a stream of passes over the `dataset_size` prompts, pass k in the order of a generator
+    seeded by (seed, k) (Python's string seeding is stable): the same on every process and on resume, and no prompt
+    twice within a pass."""
+    picks = []
+    for position in range(drawn, drawn + count):
+        pass_, place = divmod(position, dataset_size)
+        picks.append(_pass_order(seed, pass_, dataset_size)[place])
+    return picks
+
+
+@functools.lru_cache(maxsize=2)
+def _pass_order(seed, pass_, dataset_size):
+    """The order of pass `pass_` of the extra prompts' stream (`extra_prompts`)."""
+    order = list(range(dataset_size))
+    random.Random(f"dynamic sampling {seed} pass {pass_}").shuffle(order)
+    return tuple(order)
 
 
 def take_rows(pieces, index, pad_token_id, device):
@@ -130,6 +153,25 @@ class DynamicSampling:
     TRL's methods run as they are)."""
 
     _cap_said = False  # the cap's line is said once per launch
+    extra_prompts_drawn = 0  # the extra prompts' stream taken so far (`extra_prompts`), saved in each checkpoint
+
+    def _save_checkpoint(self, model, trial):
+        """The count of extra prompts drawn, written before transformers saves (its trainer_state.json, written last,
+        marks the checkpoint complete); every process holds the same count, the main process writes it."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        if getattr(self.args, "use_dynamic_sampling", False) and self.accelerator.is_main_process:
+            checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            checkpoint.mkdir(parents=True, exist_ok=True)
+            (checkpoint / EXTRA_PROMPTS_FILE).write_text(json.dumps({"extra_prompts_drawn": self.extra_prompts_drawn}))
+        super()._save_checkpoint(model, trial)
+
+    def train(self, resume_from_checkpoint=None, **kwargs):
+        if resume_from_checkpoint and not isinstance(resume_from_checkpoint, bool):  # the scripts pass the path
+            saved = Path(resume_from_checkpoint) / EXTRA_PROMPTS_FILE
+            if saved.exists():  # not in a checkpoint of a run without the flag, or of an earlier version
+                self.extra_prompts_drawn = json.loads(saved.read_text())["extra_prompts_drawn"]
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -146,7 +188,7 @@ class DynamicSampling:
         task = task_columns(self.reward_func_names)  # the rewards a group is judged by
         outputs, spreads = [], []
         while True:
-            batch = inputs if not outputs else self._extra_inputs(inputs, len(outputs), target)
+            batch = inputs if not outputs else self._extra_inputs(inputs, target)
             outputs.append(super()._generate_and_score_completions(batch))
             spread = groups_with_spread(self._gathered_rewards[:, task], self.reward_weights[task], size,
                                         self.args.dynamic_sampling_tolerance,
@@ -180,10 +222,12 @@ class DynamicSampling:
                       "counted in dynamic_sampling/cap_reached, not said")
         return output
 
-    def _extra_inputs(self, inputs, round_, target):
-        """This process's rows of an extra round: `target` prompts drawn (`extra_prompts`), each repeated for its
-        group, laid out over the processes as TRL's RepeatSampler lays out a generation (process after process)."""
-        picks = extra_prompts(self.args.seed, self.state.global_step, round_, len(self.train_dataset), target)
+    def _extra_inputs(self, inputs, target):
+        """This process's rows of an extra round: the next `target` prompts of the extra prompts' stream
+        (`extra_prompts`), each repeated for its group, laid out over the processes as TRL's RepeatSampler lays out a
+        generation (process after process)."""
+        picks = extra_prompts(self.args.seed, self.extra_prompts_drawn, len(self.train_dataset), target)
+        self.extra_prompts_drawn += target
         start = self.accelerator.process_index * len(inputs)
         keys = inputs[0].keys()  # the columns the dataloader gives
         rows = {index: self.train_dataset[index] for index in set(picks)}
