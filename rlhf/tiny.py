@@ -8,7 +8,6 @@ like SmolLM2's, so the pad/eos pitfalls of the real model show up in tests too.
 
 import json
 import random
-import sys
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -358,5 +357,19 @@ def ending_family_policy(source, path, token_ids, probability):
 
 
 if __name__ == "__main__":
-    for name, path in build_all(sys.argv[1] if len(sys.argv) > 1 else "tiny").items():
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build tiny random models into a folder (no Hub): the Llama pair the "
+                                     "tests use, or a family's policy and reward model.")
+    parser.add_argument("folder", nargs="?", default="tiny")
+    parser.add_argument("--family", choices=FAMILIES, help="one of the families users train, with its own tokenizer, "
+                        "chat template and generation config")
+    args = parser.parse_args()
+    if args.family:
+        folder = Path(args.folder)
+        built = {"policy": build_family(args.family, folder / "policy"),
+                 "reward_model": build_family_reward_model(args.family, folder / "reward_model")}
+    else:
+        built = build_all(args.folder)
+    for name, path in built.items():
         print(f"{name}: {path}")
