@@ -324,3 +324,27 @@ def test_ppo_whitens_each_process_slice_with_the_whole_rollouts_statistics(tmp_p
     # the flat slice stays small; whitened alone (TRL's, per process) it was blown up to unit size
     assert flat["whitened"][mask].std() < 0.05
     assert flat["alone"][mask].std() == pytest.approx(1.0, rel=1e-3)
+
+
+def test_the_first_update_is_the_policys_own_on_two_processes_for_families_that_break_it_most_easily(
+        families, tiny_models, tmp_path):
+    """On two processes as on one: GRPO with dynamic sampling on GPT-2 (absolute positions: rows re-padded across
+    rounds and gathered from both processes) has KL 0 at step 1; PPO on Qwen2.5 (a generation config that samples
+    with its own repetition penalty and top-k, a pad token that is one of its ends) has ratio 1 and KL 0."""
+    from test_cli_grpo_dynamic_sampling import REWARDS
+
+    (tmp_path / "signal_rewards.py").write_text(REWARDS)
+    grpo, ppo = tmp_path / "grpo", tmp_path / "ppo"
+    assert_ok(run_script("train_grpo.py", *grpo_args(
+        {**families["gpt2"], "prompts": tiny_models["prompts"]}, grpo, "--reward_funcs", "signal_rewards.half",
+        "--use_dynamic_sampling", "--max_steps", "1", "--prompts_per_generation", "4",
+        "--per_device_train_batch_size", "4"), processes=2, env={"PYTHONPATH": str(tmp_path)}))
+    logged = scalars(grpo)
+    assert logged["train/dynamic_sampling/rounds"][0][1] > 1
+    assert logged["train/kl"][0] == (1, pytest.approx(0, abs=1e-6))
+    assert_ok(run_script("train_ppo.py", *ppo_args({**families["qwen2.5"], "prompts": tiny_models["prompts"]}, ppo,
+                                                   "--total_episodes", "4"), processes=2))
+    logged = scalars(ppo)
+    assert logged["train/val/ratio"][0] == (1, pytest.approx(1, abs=1e-6))
+    assert logged["train/policy/approxkl_avg"][0] == (1, pytest.approx(0, abs=1e-6))
+    assert logged["train/objective/kl"][0] == (1, pytest.approx(0, abs=8e-6))  # summed over 8 tokens: fp32's noise
