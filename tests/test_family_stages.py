@@ -36,13 +36,17 @@ def test_the_reward_model_trains_with_the_familys_classification_head(families, 
 
 
 @pytest.mark.parametrize("name", tiny.FAMILIES)
-def test_grpo_trains_a_lora_adapter_on_every_linear_layer(families, tiny_models, tmp_path, name):
+def test_grpo_trains_a_lora_adapter_on_every_linear_layer_and_evaluates_held_out_prompts(families, tiny_models,
+                                                                                        tmp_path, name):
     out = tmp_path / "grpo"
     assert_ok(run_in_process("train_grpo.py", *grpo_args(models_of(families, tiny_models, name), out, "--max_steps",
-                                                         "1", *lora(name))))
+                                                         "2", *lora(name), "--max_samples", "24", "--eval_prompts",
+                                                         "2")))
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert len(adapter["target_modules"]) >= 3  # every linear layer of the family, whatever its names
-    assert scalars(out)["train/kl"][0] == (1, pytest.approx(0, abs=1e-6))
+    logged = scalars(out)
+    assert logged["train/kl"][0] == (1, pytest.approx(0, abs=1e-6))
+    assert [step for step, _ in logged["eval/win_rate"]] == [0, 2]  # the start, then the checkpoint
 
 
 @pytest.mark.parametrize("name", tiny.FAMILIES)
