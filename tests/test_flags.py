@@ -117,3 +117,16 @@ def test_help_and_a_bad_flag_come_before_torch_loads(args, code):
         assert result.stderr.splitlines() == ["error: argument --seed: invalid int value: 'abc'; see --help"]
     else:
         assert result.stdout.startswith("usage: python train_grpo.py") and not result.stderr
+
+
+def test_a_checkout_with_windows_line_ends_finds_its_tables_fresh(tmp_path, monkeypatch):
+    """git on Windows may check the sources out with CRLF line ends: the same sources, the same table."""
+    import rlhf.flags as flags
+
+    for source in (*flags.SOURCES, "train_grpo.py"):
+        copy = tmp_path / source
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes((flags.ROOT / source).read_bytes().replace(b"\n", b"\r\n"))
+    expected = flags.freshness("train_grpo")
+    monkeypatch.setattr(flags, "ROOT", tmp_path)
+    assert flags.freshness("train_grpo") == expected

@@ -39,8 +39,8 @@ def freshness(script):
         except PackageNotFoundError:
             versions[name] = None
     digest = hashlib.sha256()
-    for source in (*SOURCES, f"{script}.py"):
-        digest.update((ROOT / source).read_bytes())
+    for source in (*SOURCES, f"{script}.py"):  # line ends as written: a Windows checkout may turn them into CRLF
+        digest.update((ROOT / source).read_bytes().replace(b"\r\n", b"\n"))
     return {"versions": versions, "sources": digest.hexdigest()}
 
 
