@@ -105,6 +105,28 @@ def test_the_cap_reached_is_said_once_and_the_step_trains_on_what_it_has(tiny_mo
 
 
 @pytest.mark.slow
+def test_the_cap_note_says_which_groups_of_one_reward_still_train_with_an_advantage(tiny_models, tmp_path, rewards):
+    # A tolerance wider than any spread: every group counts as one reward and the cap fills the batch, but the groups
+    # that `half` scores by their text get TRL's advantages, their spread divided by their std.
+    out = tmp_path / "run"
+    result = run_in_process("train_grpo.py", *grpo_args(
+            tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling",
+            "--dynamic_sampling_max_gen_batches", "2", "--dynamic_sampling_tolerance", "1e9", "--max_steps", "1",
+            "--prompts_per_generation", "4", "--per_device_train_batch_size", "8", "--save_steps", "1"), env=rewards)
+    assert_ok(result)
+    groups = trained_groups(out / "checkpoint-1")
+    pushed = sum(any(abs(a) > 1e-6 for a in g) for g in groups)
+    assert 0 < pushed < 4
+    said = [line for line in result.stdout.splitlines() if line.startswith("note: dynamic sampling")]
+    assert said == ["note: dynamic sampling reached --dynamic_sampling_max_gen_batches 2 at step 1: 0 of the 4 groups "
+                    "it trains on have rewards that differ, the other 4 got one reward within "
+                    f"--dynamic_sampling_tolerance 1e+09: {4 - pushed} of them train with advantage 0, {pushed} with "
+                    "TRL's advantages, what spread they have (--missing_eos_penalty's included) divided by their std; "
+                    "each generation where it happens again is counted in dynamic_sampling/cap_reached, not said"]
+    assert scalars(out)["train/frac_reward_zero_std"] == [(1, pytest.approx(1 - pushed / 4))]
+
+
+@pytest.mark.slow
 def test_two_processes_keep_the_same_groups_split_between_them_and_resume_exactly(tiny_models, tmp_path, rewards):
     # 3 prompts a step, 2 completions each: 3 completions per process, so the middle group straddles the two.
     probe = tmp_path / "probe"
@@ -220,4 +242,7 @@ def test_groups_that_differ_only_in_the_missing_eos_penalty_count_as_one_reward(
     logged = scalars(out)
     assert logged["train/dynamic_sampling/cap_reached"] == [(1, 1.0), (3, 1.0)]
     assert logged["train/dynamic_sampling/groups_one_reward"] == logged["train/dynamic_sampling/groups_drawn"]
-    assert {value for _, value in logged["train/frac_reward_zero_std"]} == {1.0}
+    # frac_reward_zero_std: the groups trained on whose advantages are all 0 (not those the penalty pushes)
+    zero = [sum(len(g) for g in groups if all(abs(a) < 1e-6 for a in g)) / sum(map(len, groups))
+            for groups in (trained_groups(out / f"checkpoint-{step}") for step in (1, 3))]
+    assert [value for _, value in logged["train/frac_reward_zero_std"]] == pytest.approx(zero)

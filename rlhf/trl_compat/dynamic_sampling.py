@@ -3,8 +3,10 @@
 A group whose completions all got one reward has advantage 0 and teaches nothing. With the flag, each generation keeps
 the groups whose rewards differ and draws and generates more prompts until it holds as many as it would train on
 (`generation_batch_size / num_generations`, over all processes), up to `--dynamic_sampling_max_gen_batches`
-generation batches; short of that, the groups of one reward found first fill the rest (advantage 0: the batch TRL
-would have trained on, or better), said once and counted in `dynamic_sampling/cap_reached`.
+generation batches; short of that, the groups of one reward found first fill the rest (the batch TRL would have
+trained on, or better), said once and counted in `dynamic_sampling/cap_reached`. "One reward" is the task's, within
+`--dynamic_sampling_tolerance`: such a group trains with the advantages TRL gives it, 0 where its rewards are equal,
+but TRL normalises a spread under the tolerance, and `--missing_eos_penalty`'s, by the group's std.
 
 Where it hooks into TRL 1.16.0 (trl/trainer/grpo_trainer.py): `_prepare_inputs` (1522) calls
 `_generate_and_score_completions` (2324) once per generation and splits what it returns into the steps' slices;
@@ -179,6 +181,8 @@ class DynamicSampling:
         return rewards
 
     def _generate_and_score_completions(self, inputs):
+        import torch
+
         if not (getattr(self.args, "use_dynamic_sampling", False) and self.model.training):
             return super()._generate_and_score_completions(inputs)
         metrics = self._metrics["train"]
@@ -201,9 +205,12 @@ class DynamicSampling:
         differ = min(found, target)
         output = outputs[0] if len(outputs) == 1 and differ == target else self._regroup(outputs, chosen)
 
-        # TRL's frac_reward_zero_std (one value per round) describes the groups trained on
+        # TRL's frac_reward_zero_std (one value per round) describes the groups trained on: the share whose
+        # advantages are all 0 (every process's rows, in the order of `chosen`: the groups that differ first)
+        advantages = self.accelerator.gather(output["advantages"]).view(target, size)
+        zero = torch.isclose(advantages, torch.zeros_like(advantages)).all(dim=1)
         del metrics["frac_reward_zero_std"][logged:]
-        metrics["frac_reward_zero_std"].append(1 - differ / target)
+        metrics["frac_reward_zero_std"].append(zero.float().mean().item())
         drawn = target * len(outputs)
         metrics["dynamic_sampling/groups_drawn"].append(drawn)
         metrics["dynamic_sampling/groups_one_reward"].append(drawn - found)
@@ -214,12 +221,19 @@ class DynamicSampling:
             from rlhf.trl_compat import say
 
             self._cap_said = True
+            filling, pushed = target - differ, int((~zero[differ:]).sum())
+            if pushed:
+                got = (f"got one reward within --dynamic_sampling_tolerance {self.args.dynamic_sampling_tolerance:g}: "
+                       f"{filling - pushed} of them train with advantage 0, {pushed} with TRL's advantages, what "
+                       "spread they have (--missing_eos_penalty's included) divided by their std")
+            else:
+                got = "got one reward (advantage 0)"
             if self.accelerator.is_main_process:
                 say(f"note: dynamic sampling reached --dynamic_sampling_max_gen_batches "
-                      f"{self.args.dynamic_sampling_max_gen_batches} at step {self.state.global_step + 1}: "
-                      f"{differ} of the {target} groups it trains on have rewards that differ, the other "
-                      f"{target - differ} got one reward (advantage 0); each generation where it happens again is "
-                      "counted in dynamic_sampling/cap_reached, not said")
+                    f"{self.args.dynamic_sampling_max_gen_batches} at step {self.state.global_step + 1}: "
+                    f"{differ} of the {target} groups it trains on have rewards that differ, the other {filling} "
+                    f"{got}; each generation where it happens again is counted in dynamic_sampling/cap_reached, "
+                    "not said")
         return output
 
     def _extra_inputs(self, inputs, target):
