@@ -604,7 +604,8 @@ class GRPOTrainingConfig(GRPOConfig):
         metadata={
             "help": "With --use_dynamic_sampling: most generation batches per generation, the first included "
             "(NeMo-RL's name; verl's max_num_gen_batches). Reached, the step trains on the groups found, filled up "
-            "with groups of one reward (advantage 0), said once and counted in dynamic_sampling/cap_reached."
+            "with groups whose rewards are one (advantage 0) or differ within --dynamic_sampling_tolerance (TRL's "
+            "advantages), said once and counted in dynamic_sampling/cap_reached."
         },
     )
     dynamic_sampling_tolerance: float = field(
