@@ -92,11 +92,10 @@ def tokenize_pairs(pairs, tokenizer, max_length=None):
         return tokenized
     kept = tokenized.filter(lambda pair: max(len(pair["chosen_ids"]), len(pair["rejected_ids"])) <= max_length,
                             desc=f"Dropping pairs over {max_length} tokens")
-    if len(pairs) and not len(kept):
-        lengths = [max(len(c), len(r)) for c, r in zip(tokenized["chosen_ids"], tokenized["rejected_ids"])]
-        shortest = f"the shortest has {min(lengths)}" if lengths else f"each has more than {most} characters"
-        raise UserError(f"every training pair is longer than --max_length {max_length} tokens ({shortest}); raise "
-                        "--max_length")
+    if len(pairs) and not len(kept):  # (the refusal tokenizes them all, to say how long the shortest is)
+        shortest = min(max(len(ids(pair["chosen"])), len(ids(pair["rejected"]))) for pair in pairs)
+        raise UserError(f"every training pair is longer than --max_length {max_length} tokens (the shortest has "
+                        f"{shortest}); raise --max_length")
     if is_main_process():
         print(f"{len(kept)} training pairs kept, {len(pairs) - len(kept)} dropped as longer than --max_length "
               f"{max_length} tokens.", flush=True)
