@@ -177,31 +177,34 @@ STAGES = "quickstart_stages.json"  # beside the stages' folders: the command eac
 def finished_with(folder, command):
     """Whether the training stage in `folder` finished with `command`: its run is marked finished, at the time
     recorded when that command ended (a run trained further or anew by hand since is not)."""
-    from rlhf.lifecycle.manifest import read_manifest
-
-    finished = read_manifest(folder).get("finished_at")
-    try:
-        recorded = json.loads((folder.parent / STAGES).read_text(encoding="utf-8")).get(folder.name)
-    except (OSError, ValueError):
-        return False
-    return bool(finished) and recorded == {"command": list(map(str, command)), "finished_at": finished}
+    record = stage_record(folder, command)
+    return record is not None and recorded_stages(folder.parent).get(folder.name) == record
 
 
 def record_finished(folder, command):
     """Record the command a training stage finished with (`finished_with` reads it on the next run)."""
     from rlhf.files import write_json
+
+    record = stage_record(folder, command)
+    if record is not None:
+        write_json(folder.parent / STAGES, {**recorded_stages(folder.parent), folder.name: record})
+
+
+def stage_record(folder, command):
+    """The command of a training stage and when its run in `folder` was marked finished; None while it is not."""
     from rlhf.lifecycle.manifest import read_manifest
 
     finished = read_manifest(folder).get("finished_at")
-    if not finished:
-        return
-    path = folder.parent / STAGES
+    return {"command": list(map(str, command)), "finished_at": finished} if finished else None
+
+
+def recorded_stages(out):
+    """{a training stage's folder name: its record} as `out`'s STAGES file holds them; {} where there is none."""
     try:
-        stages = json.loads(path.read_text(encoding="utf-8"))
+        stages = json.loads((out / STAGES).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        stages = {}
-    stages[folder.name] = {"command": list(map(str, command)), "finished_at": finished}
-    write_json(path, stages)
+        return {}
+    return stages if isinstance(stages, dict) else {}
 
 
 def rerun():
