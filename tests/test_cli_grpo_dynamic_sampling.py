@@ -105,6 +105,19 @@ def test_the_cap_reached_is_said_once_and_the_step_trains_on_what_it_has(tiny_mo
 
 
 @pytest.mark.slow
+def test_a_long_draw_says_how_far_it_got_every_ten_generation_batches(tiny_models, tmp_path, rewards):
+    # --dynamic_sampling_max_gen_batches 100000 with a constant reward sat at 0% for minutes without a word
+    result = run_in_process("train_grpo.py", *grpo_args(
+            tiny_models, tmp_path / "run", "--reward_funcs", "signal_rewards.one", "--use_dynamic_sampling",
+            "--dynamic_sampling_max_gen_batches", "21", "--max_steps", "1"), env=rewards)
+    assert_ok(result)
+    said = [line for line in result.stdout.splitlines() if line.startswith("dynamic sampling, step")]
+    assert said == [f"dynamic sampling, step 1: {n} generation batches drawn of up to "
+                    "--dynamic_sampling_max_gen_batches 21, 0 of the 2 groups whose rewards differ found so far"
+                    for n in (10, 20)]
+
+
+@pytest.mark.slow
 def test_the_cap_note_says_which_groups_of_one_reward_still_train_with_an_advantage(tiny_models, tmp_path, rewards):
     # A tolerance wider than any spread: every group counts as one reward and the cap fills the batch, but the groups
     # that `half` scores by their text get TRL's advantages, their spread divided by their std.

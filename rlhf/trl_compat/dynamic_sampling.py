@@ -31,6 +31,8 @@ import json
 import random
 from pathlib import Path
 
+PROGRESS_ROUNDS = 10  # a line every this many generation batches drawn for one generation (each costs a generation)
+
 # The name TRL logs --missing_eos_penalty's reward function under (`rlhf.rewards.functions.MISSING_EOS_PENALTY`, which
 # tests/test_trl_compat.py checks is this): written here, as compat imports nothing from the package above it.
 MISSING_EOS_PENALTY = "missing_eos_penalty"
@@ -201,6 +203,12 @@ class DynamicSampling:
             found = sum(map(sum, spreads))
             if found >= target or len(outputs) == self.args.dynamic_sampling_max_gen_batches:
                 break
+            if len(outputs) % PROGRESS_ROUNDS == 0 and self.accelerator.is_main_process:  # a long draw says so
+                from rlhf.trl_compat import say
+
+                say(f"dynamic sampling, step {self.state.global_step + 1}: {len(outputs)} generation batches drawn "
+                    f"of up to --dynamic_sampling_max_gen_batches {self.args.dynamic_sampling_max_gen_batches}, "
+                    f"{min(found, target)} of the {target} groups whose rewards differ found so far")
         chosen = choose_groups(spreads, target)
         differ = min(found, target)
         output = outputs[0] if len(outputs) == 1 and differ == target else self._regroup(outputs, chosen)
