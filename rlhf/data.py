@@ -298,15 +298,14 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
     # prompts are longer than max_prompt_length too, they are dropped here and counted in our line instead.
     dropped_anyway = max_prompt_length <= tokenizer.model_max_length
 
-    def length(row):
-        text = render_prompt(tokenizer, row["prompt"])
+    def tokens(text):
         return len(tokenizer(text, add_special_tokens=False, verbose=not dropped_anyway)["input_ids"])
 
-    longest = longest_token(tokenizer)
+    most = max_prompt_length * longest_token(tokenizer)  # characters: a longer text is not tokenized
 
-    def fits(row):  # a text of more characters than that many tokens could spell is not tokenized
-        return (len(render_prompt(tokenizer, row["prompt"])) <= max_prompt_length * longest
-                and length(row) <= max_prompt_length)
+    def fits(row):
+        text = render_prompt(tokenizer, row["prompt"])
+        return len(text) <= most and tokens(text) <= max_prompt_length
 
     kept = dataset.filter(fits, desc="Dropping over-long prompts")
     dropped = len(dataset) - len(kept)
@@ -315,7 +314,7 @@ def build_prompt_dataset(dataset, tokenizer, max_prompt_length, system_prompt=No
         schema, len(kept), dropped, max_prompt_length,
     )
     if len(kept) == 0:  # (--max_prompt_length may have been fitted to the model's context: say what fits)
-        shortest = min(length(row) for row in dataset)
+        shortest = min(tokens(render_prompt(tokenizer, row["prompt"])) for row in dataset)
         raise UserError(too_long(max_prompt_length, shortest, room))
     return kept, schema, dropped
 
