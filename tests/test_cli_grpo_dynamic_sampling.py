@@ -208,8 +208,10 @@ def test_rows_of_several_rounds_keep_their_positions_on_a_model_of_absolute_posi
     # GPT-2 adds a learnt embedding of each absolute position: a row re-padded to a wider round's prompts sits at other
     # positions than those its old and reference log-probs were taken at, and the first step's KL is no longer 0
     # (0.012 before the log-probs of re-padded rows were taken again).
+    from test_families import models_of
+
     out = tmp_path / "gpt2"
-    args = grpo_args({**families["gpt2"], "prompts": tiny_models["prompts"]}, out, "--reward_funcs",
+    args = grpo_args(models_of(families, tiny_models, "gpt2"), out, "--reward_funcs",
                      "signal_rewards.half", "--use_dynamic_sampling", "--max_steps", "1", "--prompts_per_generation",
                      "4", "--per_device_train_batch_size", "8")
     assert_ok(run_in_process("train_grpo.py", *args, env=rewards))

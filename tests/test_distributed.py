@@ -332,17 +332,18 @@ def test_the_first_update_is_the_policys_own_on_two_processes_for_families_that_
     rounds and gathered from both processes) has KL 0 at step 1; PPO on Qwen2.5 (a generation config that samples
     with its own repetition penalty and top-k, a pad token that is one of its ends) has ratio 1 and KL 0."""
     from test_cli_grpo_dynamic_sampling import REWARDS
+    from test_families import models_of
 
     (tmp_path / "signal_rewards.py").write_text(REWARDS)
     grpo, ppo = tmp_path / "grpo", tmp_path / "ppo"
     assert_ok(run_script("train_grpo.py", *grpo_args(
-        {**families["gpt2"], "prompts": tiny_models["prompts"]}, grpo, "--reward_funcs", "signal_rewards.half",
+        models_of(families, tiny_models, "gpt2"), grpo, "--reward_funcs", "signal_rewards.half",
         "--use_dynamic_sampling", "--max_steps", "1", "--prompts_per_generation", "4",
         "--per_device_train_batch_size", "4"), processes=2, env={"PYTHONPATH": str(tmp_path)}))
     logged = scalars(grpo)
     assert logged["train/dynamic_sampling/rounds"][0][1] > 1
     assert logged["train/kl"][0] == (1, pytest.approx(0, abs=1e-6))
-    assert_ok(run_script("train_ppo.py", *ppo_args({**families["qwen2.5"], "prompts": tiny_models["prompts"]}, ppo,
+    assert_ok(run_script("train_ppo.py", *ppo_args(models_of(families, tiny_models, "qwen2.5"), ppo,
                                                    "--total_episodes", "4"), processes=2))
     logged = scalars(ppo)
     assert logged["train/val/ratio"][0] == (1, pytest.approx(1, abs=1e-6))

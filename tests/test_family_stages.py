@@ -9,12 +9,9 @@ import pytest
 
 from conftest import assert_ok, grpo_args, ppo_args, run_in_process, scalars
 from rlhf import tiny
+from test_families import models_of
 
 pytestmark = pytest.mark.slow
-
-
-def models_of(families, tiny_models, name):
-    return {**families[name], "prompts": tiny_models["prompts"]}
 
 
 def lora(name):
