@@ -140,28 +140,53 @@ def test_reward_model_under_zero3_saves_a_loadable_model_and_scores_the_held_out
     assert json.loads((out / "reward_accuracy.json").read_text())["num_pairs"] == 8
 
 
-@launched
-def test_a_lora_reward_model_under_zero3_is_refused(tiny_models, tmp_path):
-    result = launch("deepspeed_zero3", "train_reward_model.py", *reward_args(tiny_models, tmp_path / "rm"),
-                    "--use_peft")
-    assert "use deepspeed_zero2.yaml or multi_gpu.yaml" in error_line(_first_worker(result))
+# What `accelerate launch --config_file configs/accelerate/<config>.yaml` puts in each process's environment (read
+# from accelerate 1.15's launcher; the launches above check the engine it sets up from them): the refusals below are
+# taken from these before anything loads, so they run in the test process.
+LAUNCHED = {
+    "deepspeed_zero2": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"},
+    "deepspeed_zero3": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"},
+    "fsdp": {"ACCELERATE_USE_FSDP": "true"},
+}
 
 
-@launched
-def test_a_ppo_critic_warmup_under_zero2_is_refused_before_any_model_loads(tiny_models, tmp_path):
+def test_a_lora_reward_model_under_zero3_is_refused(tiny_models, tmp_path, run_cli):
+    result = run_cli("train_reward_model.py", *reward_args(tiny_models, tmp_path / "rm"), "--use_peft",
+                     env=LAUNCHED["deepspeed_zero3"])
+    assert "use deepspeed_zero2.yaml or multi_gpu.yaml" in error_line(result)
+    assert not (tmp_path / "rm").exists()
+
+
+def test_a_ppo_critic_warmup_under_zero2_is_refused_before_any_model_loads(tiny_models, tmp_path, run_cli):
     # ZeRO's optimizer holds the policy and the value model flattened together: the policy's AdamW state cannot be
     # held still alone.
-    result = launch("deepspeed_zero2", "train_ppo.py", *ppo_args(tiny_models, tmp_path / "ppo", "--max_steps", "2",
-                                                                  "--critic_warmup", "1"))
-    assert "--critic_warmup is not supported under DeepSpeed or FSDP" in error_line(_first_worker(result))
+    result = run_cli("train_ppo.py", *ppo_args(tiny_models, tmp_path / "ppo", "--max_steps", "2", "--critic_warmup",
+                                               "1"), env=LAUNCHED["deepspeed_zero2"])
+    assert "--critic_warmup is not supported under DeepSpeed or FSDP" in error_line(result)
     assert not (tmp_path / "ppo").exists()
 
 
-@launched
-def test_fsdp_on_cpu_processes_is_refused_rather_than_run_as_ddp(tiny_models, tmp_path):
-    result = launch("fsdp", "train_grpo.py", *grpo_args(tiny_models, tmp_path / "fsdp", "--max_steps", "1"))
-    assert "fsdp.yaml (FSDP) needs CUDA GPUs" in error_line(_first_worker(result))
+def test_fsdp_on_cpu_processes_is_refused_rather_than_run_as_ddp(tiny_models, tmp_path, run_cli, monkeypatch):
+    from rlhf import processes
+
+    monkeypatch.setattr(processes, "cuda_available", lambda: False)  # as on this CPU machine, and on a GPU one
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "fsdp", "--max_steps", "1"),
+                     env=LAUNCHED["fsdp"])
+    assert "fsdp.yaml (FSDP) needs CUDA GPUs" in error_line(result)
     assert not (tmp_path / "fsdp").exists()
+
+
+@pytest.mark.parametrize("config", list(LAUNCHED))
+def test_the_launched_environment_above_is_what_the_shipped_configs_ask_accelerate_for(config):
+    import yaml
+
+    settings = yaml.safe_load((ROOT / "configs" / "accelerate" / f"{config}.yaml").read_text())
+    env = LAUNCHED[config]
+    if "ACCELERATE_USE_DEEPSPEED" in env:
+        assert settings["distributed_type"] == "DEEPSPEED"
+        assert str(settings["deepspeed_config"]["zero_stage"]) == env["ACCELERATE_DEEPSPEED_ZERO_STAGE"]
+    else:
+        assert settings["distributed_type"] == "FSDP"
 
 
 @launched
