@@ -168,14 +168,12 @@ def test_a_lora_target_module_the_model_lacks_is_one_line_listing_its_linear_lay
 
 
 @pytest.mark.slow
-def test_a_lora_target_module_given_as_a_yaml_scalar_trains(tiny_models, tmp_path):
+def test_a_lora_target_module_given_as_a_yaml_scalar_trains(tiny_models, tmp_path, run_cli):
     """What PEFT did with the string 'q_proj': matched it as a regular expression against full names, found none."""
-    from conftest import assert_ok, run_script
-
     config = tmp_path / "lora.yaml"
     config.write_text("use_lora: true\nlora_target_modules: q_proj\n")
-    result = run_script("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--config", config,
-                        "--max_steps", "1")
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "out"), "--config", config,
+                     "--max_steps", "1")
     assert_ok(result)
     adapter = __import__("json").loads((tmp_path / "out" / "adapter_config.json").read_text())
     assert adapter["target_modules"] == ["q_proj"]
@@ -590,7 +588,7 @@ def test_prompts_longer_than_a_fitted_length_are_refused_saying_what_fits(tiny_m
     fixed = [*args, "--max_prompt_length", str(shortest), flag, str(128 - shortest)]
     short = ["--num_prompts", "2", "--num_completions", "1"] if script == "evaluate_generations.py" else [
         "--max_steps", "1", "--prompts_per_step", "1", "--per_device_train_batch_size", "2"]  # one prompt fits
-    assert_ok(run_script(script, *fixed, *short))
+    assert_ok(run_cli(script, *fixed, *short))
 
 
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "evaluate_generations.py"])
