@@ -17,10 +17,22 @@ from conftest import assert_ok, grpo_args, ppo_args, run_script, scalars, start_
 
 pytestmark = pytest.mark.slow
 
-# A reward function that records, per process, which prompts it scored (and scores 0, so training is unchanged).
+# A reward function that records, per process, which prompts it scored (and scores 0, so training is unchanged);
+# its module, once imported in each process, also makes process 1 slow to save its generation file.
 PROBE = '''
-import json, os
+import json, os, time
 from pathlib import Path
+
+import torch
+
+_save = torch.save
+
+def slow_save(obj, path, *args, **kwargs):
+    if "grpo_generation_1" in str(path):
+        time.sleep(3)
+    return _save(obj, path, *args, **kwargs)
+
+torch.save = slow_save
 
 def probe(prompts, completions, **kwargs):
     with open(Path(os.environ["PROBE_DIR"]) / f"rank{os.environ.get('RANK', '0')}.jsonl", "a") as f:
@@ -34,7 +46,8 @@ def manifest(output_dir):
     return json.loads((output_dir / "run_manifest.json").read_text())
 
 
-def test_grpo_on_two_processes_splits_the_prompts_and_keeps_the_step_count(tiny_models, tmp_path):
+def test_grpo_on_two_processes_splits_the_prompts_keeps_the_step_count_and_completes_checkpoints(tiny_models,
+                                                                                                 tmp_path):
     from transformers import AutoModelForCausalLM
 
     (tmp_path / "probe_reward.py").write_text(PROBE)
@@ -73,6 +86,11 @@ def test_grpo_on_two_processes_splits_the_prompts_and_keeps_the_step_count(tiny_
     assert result.stdout.count("Saved the final model") == 1
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]
     AutoModelForCausalLM.from_pretrained(out)
+    # trainer_state.json, written by process 0, marks a checkpoint complete: a run interrupted before it is resumed
+    # from the checkpoint before. Process 1's generation file, slow to save (PROBE), must be in it by then.
+    for checkpoint in ("checkpoint-4", "checkpoint-8"):
+        written = {path.name: path.stat().st_mtime_ns for path in (out / checkpoint).iterdir()}
+        assert written["grpo_generation_1.pt"] <= written["trainer_state.json"]
 
 
 @pytest.fixture(scope="module")
@@ -247,38 +265,6 @@ def test_ppo_on_two_processes_resumed_inside_a_later_pass_trains_what_one_run_tr
     expected, weights = final_weights(whole), final_weights(resumed)
     differ = [name for name, tensor in expected.items() if not torch.equal(tensor, weights[name])]
     assert not differ, f"{len(differ)} of {len(expected)} tensors differ from one uninterrupted run"
-
-
-# A reward function whose module, once imported in each process, makes process 1 slow to save its generation file.
-SLOW_SAVE = '''
-import os, time
-import torch
-
-_save = torch.save
-
-def slow_save(obj, path, *args, **kwargs):
-    if "grpo_generation_1" in str(path):
-        time.sleep(3)
-    return _save(obj, path, *args, **kwargs)
-
-torch.save = slow_save
-
-def zero(prompts, completions, **kwargs):
-    return [0.0] * len(prompts)
-'''
-
-
-def test_grpo_on_two_processes_marks_a_checkpoint_complete_after_every_process_saved_its_generation(tiny_models,
-                                                                                                 tmp_path):
-    # trainer_state.json, written by process 0, marks a checkpoint complete: a run interrupted before it is resumed
-    # from the checkpoint before. Process 1's generation file must be in the checkpoint by then.
-    (tmp_path / "slow_save.py").write_text(SLOW_SAVE)
-    out = tmp_path / "run"
-    args = grpo_args(tiny_models, out, "--max_steps", "2", "--reward_funcs", "reward_model", "slow_save.zero")
-    assert_ok(run_script("train_grpo.py", *args, processes=2, env={"PYTHONPATH": str(tmp_path)}))
-    checkpoint = out / "checkpoint-2"
-    written = {path.name: path.stat().st_mtime_ns for path in checkpoint.iterdir()}
-    assert written["grpo_generation_1.pt"] <= written["trainer_state.json"]
 
 
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_ppo.py", "train_reward_model.py"])
