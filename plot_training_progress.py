@@ -12,6 +12,10 @@ PPO's value loss, GRPO's share of groups of one reward and dynamic sampling's di
 evaluated held-out prompts (--eval_prompts), the held-out win rate and accuracy with their 95% intervals as bands.
 GRPO and PPO tag names are mapped onto these (see rlhf/evaluation/metrics.py); KL and entropy, which GRPO logs per
 token and PPO per completion, get a panel (and a CSV column) per unit. The CSV has one row per run and step.
+Runs that evaluated held-out prompts also get that metric (accuracy, else win rate) against minutes of training (from
+each launch's first event, a resumed run's launches summed) and against generated completion tokens (counted from
+PPO's episodes and mean lengths; for GRPO an estimate from its mean lengths and completions per step), one line per
+run; the CSV's `minutes`, `generated_tokens` and `generated_tokens_from` (exact / estimate) columns hold them.
 `python plot_training_progress.py --help` lists every flag.
 """
 
@@ -19,7 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.cli import UserError, exit_on_user_error, parse_args
-from rlhf.evaluation.metrics import COLUMNS, UNITS, ema, find_runs, is_metrics_csv, read_run, run_labels, write_csv
+from rlhf.evaluation.metrics import (
+    COLUMNS,
+    UNITS,
+    ema,
+    find_runs,
+    heldout_curve,
+    is_metrics_csv,
+    read_run,
+    run_labels,
+    write_csv,
+)
+from rlhf.lifecycle.manifest import read_manifest
 
 DEFAULT_LOG_DIRS = ("./grpo_training_output", "./ppo_training_output")
 CORE_METRICS = ("loss", "learning_rate", "reward", "kl")  # always drawn, if only to say a run did not log them
@@ -89,16 +104,17 @@ def main(args):
     found = {}  # run folder -> event files, in the order given
     for folder in folders:
         found.update(find_runs(folder))
-    runs, tags = {}, {}
-    for label, files in zip(run_labels(found), found.values()):
+    runs, tags, curves = {}, {}, {}
+    for label, (folder, files) in zip(run_labels(found), found.items()):
         runs[label], tags[label] = read_run(files)
+        curves[label] = heldout_curve(files, read_manifest(folder))
     if not any(runs.values()):
         raise UserError(f"the event files under {', '.join(map(str, folders))} hold none of the metrics plotted "
                         f"({', '.join(CORE_METRICS)}); is this the output_dir of a TRL training run?")
 
     try:
-        columns = write_csv(args.csv, runs)
-        plot(runs, tags, args.output, args.smoothing, panel_columns(runs, args.extra))
+        columns = write_csv(args.csv, runs, curves)
+        plot(runs, tags, args.output, args.smoothing, panel_columns(runs, args.extra), curves)
     except OSError as error:
         raise UserError(f"cannot write {error.filename} ({error.strerror}); choose another --output / --csv") from None
     print("Runs:")
@@ -149,30 +165,37 @@ def panel_columns(runs, extra):
     return panels
 
 
-def plot(runs, tags, output, smoothing, panels):
+def plot(runs, tags, output, smoothing, panels, curves=None):
     import matplotlib.pyplot as plt
 
-    fig = figure(runs, tags, smoothing, panels)
+    fig = figure(runs, tags, smoothing, panels, curves)
     fig.savefig(output, dpi=110)
     plt.close(fig)
 
 
-def figure(runs, tags, smoothing, panels):
-    """The figure: one panel per column in `panels`, every run that logged it drawn in its colour."""
+def figure(runs, tags, smoothing, panels, curves=None):
+    """The figure: one panel per column in `panels`, every run that logged it drawn in its colour; with `curves`
+    ({run: `heldout_curve`}) that hold any, two panels more: the held-out metric against minutes and tokens."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display needed
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    rows = (len(panels) + 1) // 2
+    curves = {label: curve for label, curve in (curves or {}).items() if curve}
+    rows = (len(panels) + (2 if curves else 0) + 1) // 2
     fig, axes = plt.subplots(rows, 2, figsize=(13, 3.4 * rows + 1), layout="constrained", squeeze=False)
     colors = {label: f"C{i % 10}" for i, label in enumerate(runs)}
     has_ppo = any(PPO_TAGS & set(used.values()) for used in tags.values())
     for ax, column in zip(axes.flat, panels):
         if _panel(ax, column, runs, tags, colors, smoothing):
             ax.set_xlabel("step (GRPO: optimizer step, PPO: rollout batch)" if has_ppo else "optimizer step")
-    for ax in axes.flat[len(panels):]:
+    drawn = len(panels)
+    if curves:
+        for ax, axis in zip(axes.flat[drawn:], ("minutes", "tokens")):
+            _curve_panel(ax, axis, curves, colors)
+        drawn += 2
+    for ax in axes.flat[drawn:]:
         ax.remove()
     steps = {label: len({s for points in values.values() for s in points}) for label, values in runs.items()}
     handles = [Line2D([], [], color=colors[run], linewidth=2, label=f"{run} ({steps[run]} steps)") for run in runs]
@@ -223,6 +246,25 @@ def _panel(ax, column, runs, tags, colors, smoothing):
     if column == "learning_rate":
         ax.yaxis.set_major_formatter("{x:.3g}")  # no "1e-5" offset text colliding with the title
     return True
+
+
+def _curve_panel(ax, axis, curves, colors):
+    """The held-out metric of each run in `curves` against its minutes of training or its generated tokens."""
+    metrics = {curve["metric"] for curve in curves.values()}
+    name = "accuracy" if metrics == {"eval/accuracy"} else "win rate" if metrics == {"eval/win_rate"} else \
+        "accuracy (verifier), else win rate"
+    estimated = any(curve["tokens_from"] == "estimate" for curve in curves.values())
+    xlabel = "minutes of training" if axis == "minutes" else \
+        "generated completion tokens" + (" (GRPO: estimated from mean lengths)" if estimated else "")
+    ax.set_title(f"Held-out {name} vs {'minutes' if axis == 'minutes' else 'generated tokens'}", loc="left",
+                 fontweight="bold")
+    for label, curve in curves.items():
+        points = [(minutes if axis == "minutes" else tokens, value) for _, value, minutes, tokens in curve["points"]]
+        points = [(x, y) for x, y in points if x is not None]
+        if points:
+            ax.plot(*zip(*points), color=colors[label], linewidth=1.8, marker="o", markersize=4, gid=label)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
 
 
 def configs():

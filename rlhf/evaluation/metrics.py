@@ -155,17 +155,30 @@ def run_labels(folders):
             depth[folder] = min(depth[folder] + 1, len(folder.parts))
 
 
-def write_csv(path, runs):
-    """One row per run and step: `run`, `step`, the core columns, and each other column some run has."""
+CURVE_COLUMNS = ("minutes", "generated_tokens", "generated_tokens_from")  # at each held-out evaluation
+
+
+def write_csv(path, runs, curves=None):
+    """One row per run and step: `run`, `step`, the core columns, and each other column some run has; with `curves`
+    ({run: `heldout_curve`}) that hold any, `CURVE_COLUMNS` in the rows of held-out evaluations."""
     present = {column for values in runs.values() for column in values}
     columns = [*CORE_COLUMNS, *(column for column in COLUMNS if column in present and column not in CORE_COLUMNS)]
+    curves = {label: curve for label, curve in (curves or {}).items() if curve}
+    extra = list(CURVE_COLUMNS) if curves else []
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["run", "step", *columns])
+        writer.writerow(["run", "step", *columns, *extra])
         for label, values in runs.items():
+            curve = curves.get(label)
+            timed = {step: (minutes, tokens) for step, _, minutes, tokens in curve["points"]} if curve else {}
             for step in sorted({step for points in values.values() for step in points}):
-                writer.writerow([label, step, *(_number(values.get(column, {}).get(step)) for column in columns)])
-    return columns
+                row = [label, step, *(_number(values.get(column, {}).get(step)) for column in columns)]
+                if extra:
+                    minutes, tokens = timed.get(step, (None, None))
+                    row += [_number(minutes and round(minutes, 3)), "" if tokens is None else tokens,
+                            (curve["tokens_from"] or "") if step in timed else ""]
+                writer.writerow(row)
+    return columns + extra
 
 
 def is_metrics_csv(path):
@@ -185,3 +198,118 @@ def _number(value):
 
     single = np.float32(value)
     return repr(float(str(single))) if float(single) == value else repr(value)
+
+
+# ---- Held-out curves: the held-out metric against minutes of training and generated tokens ----
+
+# A cumulative count of the completion tokens generated in training, read first where a trainer logs it (GRPO's and
+# PPO's trainers log none today: GRPO's `num_tokens` counts prompt tokens too); else it is worked out as below.
+COMPLETION_TOKENS_TAG = "num_completion_tokens"
+
+
+def completions_per_step(manifest):
+    """GRPO's completions generated per optimizer step, from a run's `run_manifest.json` (as a dict), or None for
+    another trainer: TRL generates `per_device_train_batch_size` per process for each of its
+    `gradient_accumulation_steps` passes, once per `num_iterations` (its completions are trained on that many times).
+    """
+    config = next((section for section in manifest.get("config", {}).values() if "num_generations" in section), None)
+    if config is None:
+        return None
+    processes = (manifest.get("launches") or [{}])[-1].get("processes") or 1
+    return (config["per_device_train_batch_size"] * config["gradient_accumulation_steps"] * processes
+            / (config.get("num_iterations") or 1))
+
+
+def group_size(manifest):
+    """GRPO's completions per prompt (`num_generations`), or None."""
+    return next((section["num_generations"] for section in manifest.get("config", {}).values()
+                 if "num_generations" in section), None)
+
+
+def series_of_log_history(log_history):
+    """A trainer_state.json `log_history` as {key: {step: value}} (as `read_scalars` gives TensorBoard's tags,
+    without `train/`)."""
+    series = {}
+    for entry in log_history:
+        for key, value in entry.items():
+            if key != "step" and isinstance(value, int | float):
+                series.setdefault(key, {})[entry["step"]] = value
+    return series
+
+
+def generated_tokens(series, per_step=None, group=None):
+    """({step: cumulative completion tokens generated in training up to it}, "exact" or "estimate") from a run's
+    logged `series` ({tag without `train/`: {step: value}}); ({}, None) where nothing says.
+
+    - `num_completion_tokens`, where a trainer logs it: as logged (exact).
+    - PPO: each log's `completions/mean_length` (the mean over its rollouts, all the same size) times the completions
+      since the previous log (`episode` counts them): exact but for rounding.
+    - GRPO: each log's `completions/mean_length` times `per_step` (`completions_per_step`) times the steps since the
+      previous log, plus the groups that dynamic sampling drew and discarded (`group` completions each): an estimate,
+      as the mean is of generation batches, not of the step's completions.
+    """
+    if COMPLETION_TOKENS_TAG in series:
+        return {step: round(value) for step, value in sorted(series[COMPLETION_TOKENS_TAG].items())}, "exact"
+    lengths = series.get("completions/mean_length", {})
+    episodes = series.get("episode")
+    if not lengths or (episodes is None and not per_step):
+        return {}, None
+    discarded = series.get("dynamic_sampling/groups_discarded", {})
+    total, before, tokens = 0.0, 0, {}
+    for step, length in sorted(lengths.items()):
+        if episodes is not None:
+            completions = episodes.get(step, 0) - before
+            before = episodes.get(step, before)
+        else:
+            completions = (step - before) * (per_step + discarded.get(step, 0) * (group or 0))
+            before = step
+        total += length * completions
+        tokens[step] = round(total)
+    return tokens, "exact" if episodes is not None else "estimate"
+
+
+def at_step(cumulative, step):
+    """The value of a cumulative {step: value} at `step`: its last point at or before it (None before any)."""
+    return next((value for point, value in sorted(cumulative.items(), reverse=True) if point <= step), None)
+
+
+def heldout_metric(series):
+    """The held-out metric a run logged (tags without `train/`): `eval/accuracy` (the verifier's) where it did, else
+    `eval/win_rate`; None without held-out evaluation."""
+    return next((name for name in ("eval/accuracy", "eval/win_rate") if name in series), None)
+
+
+def heldout_curve(event_files, manifest=None):
+    """The held-out evaluations of one run: {"metric": tag, "tokens_from": "exact"/"estimate"/None, "points":
+    [(step, value, minutes, generated tokens or None)]}, or None where the run logged none.
+
+    Minutes are of training as TensorBoard saw it: from each launch's first event (its event file opened, after the
+    models loaded) to its last, the launches of a resumed run summed; an evaluation that a later launch logged again
+    is counted in that launch. Generated tokens: `generated_tokens` at the evaluation's step (at the last log at or
+    before it).
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    launches = []  # (first wall time, last wall time, {tag: {step: (wall_time, value)}}) per event file
+    for path in event_files:
+        scalars = read_scalars([path])
+        first = EventAccumulator(str(path), size_guidance={"scalars": 1}).Reload().FirstEventTimestamp()
+        last = max((wall for points in scalars.values() for wall, _ in points.values()), default=first)
+        launches.append((first, last, scalars))
+    launches.sort(key=lambda launch: launch[0])
+    series, timed, offset = {}, {}, 0.0  # timed: {tag: {step: minutes}}, a later launch winning
+    for first, last, scalars in launches:
+        for tag, points in scalars.items():
+            series.setdefault(tag.removeprefix("train/"), {}).update({s: v for s, (_, v) in points.items()})
+        for tag in ("eval/accuracy", "eval/win_rate"):
+            for step, (wall, _) in scalars.get(tag, {}).items():
+                timed.setdefault(tag, {})[step] = (offset + wall - first) / 60
+        offset += last - first
+    metric = heldout_metric(series)
+    if metric is None:
+        return None
+    manifest = manifest or {}
+    tokens, tokens_from = generated_tokens(series, completions_per_step(manifest), group_size(manifest))
+    points = [(step, value, timed[metric][step], (at_step(tokens, step) or 0) if tokens_from else None)
+              for step, value in sorted(series[metric].items())]
+    return {"metric": metric, "tokens_from": tokens_from, "points": points}
