@@ -285,6 +285,17 @@ SHARED_FIELDS = {
             "--dataset_name after the first --max_samples."
         },
     },
+    # transformers' load_best_model_at_end needs its own evaluation (eval_strategy equal to save_strategy), which these
+    # scripts refuse (`check_training_run`): the held-out evaluation names the best checkpoint instead.
+    "end_on_best_checkpoint": {
+        "default": False,
+        "metadata": {
+            "help": "With --eval_prompts: end on the best checkpoint by the held-out evaluation (the verifier's "
+            "accuracy, else the win rate): the final model in --output_dir gets its weights (with LoRA, its "
+            "adapter; PPO: the policy, the value model stays the last). transformers' --load_best_model_at_end "
+            "for this package's evaluation."
+        },
+    },
     # transformers' field, unused here otherwise (these scripts train with eval_strategy no): what it means here
     "eval_steps": {
         "default": None,
@@ -306,7 +317,7 @@ def shared(name):
 RUN_FIELDS = {"bf16": bool, "tf32": bool | None, "report_to": None | str | list[str], "save_total_limit": int | None,
               "logging_nan_inf_filter": bool}
 HELD_OUT_FIELDS = {"eval_steps": float | None, "eval_prompts": int, "eval_completions": int,
-                   "eval_dataset_name": str | None}
+                   "eval_dataset_name": str | None, "end_on_best_checkpoint": bool}
 
 
 def with_shared(*groups):
@@ -406,7 +417,14 @@ def check_held_out(config):
     """The held-out evaluation's checks (GRPO, PPO); --eval_steps follows --save_steps unless given."""
     at_least(config, 0, "eval_prompts")
     at_least(config, 1, "eval_completions")
+    if config.load_best_model_at_end:  # transformers' would ask for an evaluation set and eval_strategy steps
+        raise ValueError("--load_best_model_at_end needs transformers' own evaluation, which this script has none "
+                         "of; use --end_on_best_checkpoint with --eval_prompts (the held-out evaluation names the "
+                         "best checkpoint).")
     if not config.eval_prompts:
+        if config.end_on_best_checkpoint:
+            raise ValueError("--end_on_best_checkpoint needs the held-out evaluation that names the best "
+                             "checkpoint; add --eval_prompts N (e.g. 16), or drop it.")
         return
     if config.eval_steps is None:
         config.eval_steps = config.save_steps

@@ -109,6 +109,10 @@ def main(model_args, data_args, reward_args, training_args):
                        Sampling.temperature, Sampling.top_p, run.checkpoint, stop_token_ids=stops)
     run.train(trainer)
 
+    if training_args.end_on_best_checkpoint:  # the weights of the best checkpoint by the held-out evaluation
+        from rlhf.lifecycle.report import end_on_best_checkpoint
+
+        end_on_best_checkpoint(run.report, trainer.model, trainer.state, model_args.use_peft)
     # With LoRA this saves the adapter; docs/training.md shows how to merge it into a full model.
     run.save(trainer, tokenizer)
     run.finish(trainer, f"Saved the final {'adapter' if model_args.use_peft else 'model'} to "

@@ -115,6 +115,11 @@ def main(model_args, data_args, training_args):
                        aside=trainer.generating_aside, stop_token_ids=trainer.stop_token_ids)
     run.train(trainer)  # from the checkpoint when resuming
 
+    if training_args.end_on_best_checkpoint:  # the policy of the best checkpoint by the held-out evaluation
+        from rlhf.lifecycle.report import end_on_best_checkpoint
+
+        end_on_best_checkpoint(run.report, trainer.trained_policy, trainer.state, trainer.is_peft_model,
+                               kept=f"the value model in {VALUE_MODEL_DIR}/ is the last step's")
     run.save(trainer, tokenizer)  # the policy (the adapter with LoRA)
     trainer.save_value_model(f"{training_args.output_dir}/{VALUE_MODEL_DIR}")
     run.finish(trainer, f"Saved the final policy to {training_args.output_dir} and the value model to "

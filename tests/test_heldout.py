@@ -251,3 +251,80 @@ def test_ppo_held_out_evaluation_waits_out_the_critic_warmup_which_holds_the_sta
         state.global_step = step
         evaluation.on_step_end(args, state, TrainerControl())
     assert evaluated == [3, 4]  # after the 2 rollouts of the warm-up, every --eval_steps 1
+
+
+# A held-out curve that rises to step 2 and falls: the best checkpoint is checkpoint-2, not the last one (step 4).
+SCRIPTED = [0.5, 0.6, 0.9, 0.4, 0.2]  # steps 0-4
+
+
+def scripted_metrics(monkeypatch):
+    """The held-out evaluation's metrics, one value of SCRIPTED per evaluation (its completions are still generated
+    and scored): a tiny random policy's own win rates go anywhere, this curve names a best that is not the last."""
+    values = iter(SCRIPTED)
+
+    def metrics(*args):
+        value = next(values)
+        return {"eval/win_rate": value, "eval/win_rate_low": value - 0.1, "eval/win_rate_high": value + 0.1}
+
+    monkeypatch.setattr("rlhf.evaluation.heldout.heldout_metrics", metrics)
+
+
+def policy_weights(folder):
+    """The policy's saved tensors in `folder` (the model or adapter file, not PPO's value model)."""
+    from safetensors.torch import load_file
+
+    files = [path for path in ("model.safetensors", "adapter_model.safetensors") if (Path(folder) / path).exists()]
+    assert len(files) == 1, f"no policy weights in {folder}"
+    return load_file(Path(folder) / files[0])
+
+
+def assert_ended_on(out, result, checkpoint, other):
+    """The final model in `out` holds `checkpoint`'s policy weights, not `other`'s (the last step's), as its console
+    line and run_report.json say."""
+    import torch
+
+    final, best, last = (policy_weights(folder) for folder in (out, out / checkpoint, out / other))
+    assert final.keys() == best.keys() and all(torch.equal(final[k], best[k]) for k in final)
+    assert not all(torch.equal(final[k], last[k]) for k in final), "training did not move the tiny policy"
+    assert f"Ended on the best checkpoint by the held-out evaluation, {checkpoint} (eval/win_rate 0.9 at step 2 " \
+           "of 4)" in result.stdout
+    record = json.loads((out / "run_report.json").read_text())["final_model"]
+    assert Path(record["checkpoint"]).name == checkpoint and record["step"] == 2 and record["last_step"] == 4
+    assert record["metric"] == "eval/win_rate" and record["value"] == 0.9
+    # The alarm of a falling held-out curve: 0.4 at step 3 is below 0.8, the lower bound of step 2's 0.9; said once.
+    alarms = json.loads((out / "run_report.json").read_text())["health"]  # a tiny model's cut-off one besides
+    assert [alarm["step"] for alarm in alarms if alarm["name"] == "held_out_fell"] == [3]
+    assert result.stdout.count("health: held-out win rate fell") == 1
+
+
+@pytest.mark.slow
+def test_ppo_ends_on_its_best_checkpoint(tiny_models, tmp_path, monkeypatch):
+    scripted_metrics(monkeypatch)
+    out = tmp_path / "run"
+    result = run_in_process("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "8", *EVAL,
+                                                      "--save_total_limit", "1", "--end_on_best_checkpoint"))
+    assert_ok(result)
+    assert_ended_on(out, result, "checkpoint-2", "checkpoint-4")
+    # The value model stays the last step's.
+    assert "the value model in value_model/ is the last step's" in result.stdout
+    assert (out / "value_model" / "model.safetensors").read_bytes() == (
+        out / "checkpoint-4" / "value_model" / "model.safetensors").read_bytes()
+
+
+@pytest.mark.slow
+def test_grpo_ends_on_its_best_checkpoint_with_lora(tiny_models, tmp_path, monkeypatch):
+    scripted_metrics(monkeypatch)
+    out = tmp_path / "run"
+    result = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "4", *EVAL, "--use_peft",
+                                                        "--learning_rate", "5e-2", "--end_on_best_checkpoint"))
+    assert_ok(result)
+    assert_ended_on(out, result, "checkpoint-2", "checkpoint-4")
+
+
+def test_ending_on_the_best_checkpoint_needs_the_held_out_evaluation():
+    assert grpo_config("--eval_prompts", "4", "--end_on_best_checkpoint").end_on_best_checkpoint is True
+    with pytest.raises(UserError, match="--end_on_best_checkpoint needs the held-out evaluation"):
+        grpo_config("--end_on_best_checkpoint")
+    # transformers' flag would need its own evaluation (eval_strategy equal to save_strategy): ours is named
+    with pytest.raises(UserError, match="use --end_on_best_checkpoint with --eval_prompts"):
+        grpo_config("--load_best_model_at_end", "--eval_prompts", "4")

@@ -38,6 +38,18 @@ def is_complete(checkpoint):
     return True
 
 
+def load_best_checkpoint(model, state, adapter=False):
+    """Put the weights of the run's best checkpoint by its held-out evaluation (`state.best_model_checkpoint`, which
+    every process holds alike) into `model` (with `adapter`, a PEFT model's adapter), as transformers'
+    `load_best_model_at_end` does; return that checkpoint, or None where the run named none or it is gone (then
+    `model` keeps its last weights). Call it in every process: each loads the files, with no collective to wait in."""
+    best = state.best_model_checkpoint
+    if best is None or not is_complete(best):
+        return None
+    load_pretrained_weights(model, best, adapter)
+    return Path(best)
+
+
 def load_pretrained_weights(model, folder, adapter=False):
     """Put the weights that `save_pretrained` wrote in `folder` (one file or shards) into `model`; with `adapter`,
     a PEFT model's adapter. A weight tied to another (the LM head of tied embeddings) is saved once, under the other

@@ -3,7 +3,8 @@
 Written by the main process at each log and save, and once more at the end (`TrainingRun.finish`), atomically: the
 settings that matter, seconds per step and tokens per second, peak memory, the health alarms
 (`rlhf/lifecycle/health.py`), the held-out evaluations (every `eval/*` value in the Trainer's log history) and the best
-checkpoint by that held-out metric (transformers' `state.best_model_checkpoint`), never by the training reward.
+checkpoint by that held-out metric (transformers' `state.best_model_checkpoint`), never by the training reward, and
+with `--end_on_best_checkpoint` the checkpoint the final model was taken from (`final_model`).
 """
 
 import json
@@ -77,6 +78,7 @@ class RunReport:
         self.step_times = []  # seconds of each optimizer step in this launch
         self.tokens = []  # (time, num_tokens) at each log that has it
         self._last_step = None
+        self.final_model = None  # with --end_on_best_checkpoint: what `end_on_best_checkpoint` put in output_dir
 
     def step_ended(self):
         now = time.perf_counter()
@@ -111,6 +113,7 @@ class RunReport:
             "evaluations": evaluations(state.log_history),
             "best_checkpoint": state.best_model_checkpoint,
             "best_metric": state.best_metric,
+            "final_model": self.final_model,
         }
 
     def write(self, state, finished=False):
@@ -183,7 +186,40 @@ def markdown(report):
                      "training; the folder keeps the final model")
     else:
         lines.append(f"- best checkpoint: {report['best_checkpoint']} ({report['best_metric']})")
+    if report.get("final_model"):
+        lines.append(f"- final model: {report['final_model']['line']}")
     return "\n".join(lines) + "\n"
+
+
+def end_on_best_checkpoint(report, model, state, adapter=False, kept=""):
+    """`--end_on_best_checkpoint`: put the best checkpoint's weights (by the held-out evaluation) into `model`, the one
+    the script saves next (`adapter`: a PEFT model's adapter), say so in one line from the main process and record it
+    in the run report (`final_model`). `kept`: what stays the last step's (PPO: its value model). In every process:
+    each loads the same checkpoint, named alike in each (`rlhf.evaluation.heldout` shares it)."""
+    from rlhf.evaluation.heldout import best_metric_name
+    from rlhf.lifecycle.checkpoints import load_best_checkpoint
+    from rlhf.processes import is_main_process
+
+    checkpoint = load_best_checkpoint(model, state, adapter)
+    if checkpoint is None:
+        gone = state.best_model_checkpoint
+        line = (f"the best checkpoint {gone} is gone: the final model is the last step's ({state.global_step})"
+                if gone else "no checkpoint was evaluated (--eval_steps, --save_steps): the final model is the last "
+                f"step's ({state.global_step})")
+        record = {"checkpoint": None, "step": state.global_step, "metric": None, "value": None}
+    else:
+        step = state.best_global_step
+        evaluation = next((entry for entry in state.log_history if entry.get("step") == step
+                           and any(key.startswith("eval/") for key in entry)), {})
+        metric = best_metric_name(evaluation) if evaluation else None
+        line = (f"ended on the best checkpoint by the held-out evaluation, {checkpoint.name} ({metric} "
+                f"{state.best_metric:.4g} at step {step} of {state.global_step}): the final model holds its weights"
+                + (f"; {kept}" if kept else ""))
+        record = {"checkpoint": str(checkpoint), "step": step, "metric": metric, "value": state.best_metric}
+    report.final_model = {**record, "last_step": state.global_step, "line": line}
+    if is_main_process():
+        print(line[0].upper() + line[1:], flush=True)
+    return checkpoint
 
 
 def report_callback(report):
