@@ -244,3 +244,99 @@ def test_the_held_out_evaluation_is_drawn_with_its_interval_as_a_band(tmp_path):
     rows = read_csv(tmp_path / "metrics.csv")
     assert (rows[0]["step"], rows[0]["eval_win_rate"], rows[0]["loss"]) == ("0", "0.5", "")
     assert (rows[2]["eval_win_rate_low"], rows[2]["eval_win_rate_high"]) == ("0.375", "0.875")
+
+
+def write_launch(folder, opened, points, monkeypatch):
+    """One launch's event file in `folder`, opened at wall time `opened`, holding [(tag, step, value, wall time)]."""
+    import time
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    with monkeypatch.context() as patch:
+        patch.setattr(time, "time", lambda: opened)  # the file's first event (its version) takes the time it opens
+        writer = SummaryWriter(log_dir=str(folder))
+    for tag, step, value, wall in points:
+        writer.add_scalar(tag, value, step, walltime=wall)
+    writer.close()
+
+
+def grpo_manifest(folder, per_device=8, accumulation=2, iterations=1):
+    import json
+
+    config = {"per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation,
+              "num_generations": 4, "num_iterations": iterations}
+    manifest = {"config": {"GRPOTrainingConfig": config}, "launches": [{"processes": 1}]}
+    (folder / "run_manifest.json").write_text(json.dumps(manifest))
+    return manifest
+
+
+def test_held_out_curves_count_minutes_over_launches_and_tokens_from_the_logs(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from plot_training_progress import figure
+    from rlhf.evaluation.metrics import event_files, heldout_curve, read_run, write_csv
+
+    # GRPO, 16 completions per step (8 per pass x 2 passes), resumed from checkpoint-2: the second launch trains
+    # steps 3-4 again and evaluates step 4 again; its figures win, and its minutes follow the first launch's 160 s.
+    grpo = tmp_path / "grpo"
+    write_launch(grpo / "runs" / "Jan01", 1000.0, [
+        ("eval/accuracy", 0, 0.25, 1030.0), ("eval/accuracy", 2, 0.5, 1100.0), ("eval/accuracy", 4, 0.75, 1160.0),
+        *[("train/completions/mean_length", step, 10.0 * step, 1000.0 + 30 * step) for step in (1, 2, 3, 4)],
+        ("train/loss", 1, 0.5, 1030.0)], monkeypatch)
+    write_launch(grpo / "runs" / "Jan02", 5000.0, [
+        ("train/completions/mean_length", 3, 12.0, 5030.0), ("train/completions/mean_length", 4, 14.0, 5060.0),
+        ("eval/accuracy", 4, 0.625, 5070.0)], monkeypatch)
+    curve = heldout_curve(event_files(grpo), grpo_manifest(grpo))
+    assert curve["metric"] == "eval/accuracy" and curve["tokens_from"] == "estimate"
+    # tokens: 16 x (10 + 20) by step 2, then 16 x (12 + 14) more (the resumed launch's lengths) by step 4
+    assert curve["points"] == [(0, 0.25, 0.5, 0), (2, 0.5, pytest.approx(100 / 60), 480),
+                               (4, 0.625, pytest.approx((160 + 70) / 60), 480 + 16 * 26)]
+    # PPO counts its completions (`episode`): exact. Its held-out metric without the verifier is the win rate.
+    ppo = tmp_path / "ppo"
+    write_launch(ppo / "runs" / "Jan01", 2000.0, [
+        ("eval/win_rate", 0, 0.5, 2006.0), ("eval/win_rate", 3, 0.625, 2180.0),
+        *[("train/episode", step, 16.0 * step, 2000.0 + 50 * step) for step in (1, 2, 3)],
+        *[("train/completions/mean_length", step, length, 2000.0 + 50 * step)
+          for step, length in ((1, 10.0), (2, 12.5), (3, 11.0))]], monkeypatch)
+    ppo_curve = heldout_curve(event_files(ppo), {})
+    assert ppo_curve["tokens_from"] == "exact"
+    assert ppo_curve["points"] == [(0, 0.5, 0.1, 0), (3, 0.625, 3.0, 16 * (10 + 12.5 + 11))]
+
+    runs = {"grpo": read_run(event_files(grpo)), "ppo": read_run(event_files(ppo))}
+    curves = {"grpo": curve, "ppo": ppo_curve}
+    columns = write_csv(tmp_path / "metrics.csv", {label: values for label, (values, _) in runs.items()}, curves)
+    assert columns[-3:] == ["minutes", "generated_tokens", "generated_tokens_from"]
+    rows = {(row["run"], int(row["step"])): row for row in read_csv(tmp_path / "metrics.csv")}
+    assert (rows["grpo", 4]["minutes"], rows["grpo", 4]["generated_tokens"]) == ("3.833", "896")
+    assert (rows["grpo", 4]["generated_tokens_from"], rows["ppo", 3]["generated_tokens_from"]) == ("estimate", "exact")
+    assert rows["grpo", 1]["minutes"] == rows["grpo", 1]["generated_tokens"] == ""  # no evaluation at step 1
+
+    fig = figure({label: values for label, (values, _) in runs.items()},
+                 {label: tags for label, (_, tags) in runs.items()}, 0.0, ["loss"], curves)
+    axes = {ax.get_title(loc="left"): ax for ax in fig.axes}
+    by_minutes = axes["Held-out accuracy (verifier), else win rate vs minutes"]
+    assert [line.get_gid() for line in by_minutes.get_lines()] == ["grpo", "ppo"]
+    assert list(by_minutes.get_lines()[1].get_xdata()) == [0.1, 3.0]
+    by_tokens = axes["Held-out accuracy (verifier), else win rate vs generated tokens"]
+    assert list(by_tokens.get_lines()[0].get_xdata()) == [0, 480, 896]
+    assert "estimated" in by_tokens.get_xlabel()
+    plt.close(fig)
+
+
+def test_generated_tokens_read_a_logged_count_first_and_grpo_counts_discarded_groups():
+    from rlhf.evaluation.metrics import completions_per_step, generated_tokens, series_of_log_history
+
+    history = [{"eval/accuracy": 0.5, "step": 0}, {"completions/mean_length": 10.0, "step": 1},
+               {"completions/mean_length": 20.0, "dynamic_sampling/groups_discarded": 1.0, "step": 3}]
+    series = series_of_log_history(history)
+    assert series == {"eval/accuracy": {0: 0.5}, "completions/mean_length": {1: 10.0, 3: 20.0},
+                      "dynamic_sampling/groups_discarded": {3: 1.0}}
+    # 2 processes x 4 per pass x 3 passes, each generation trained on twice: 12 new completions per step
+    manifest = {"config": {"Config": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 3,
+                                      "num_generations": 4, "num_iterations": 2}}, "launches": [{"processes": 2}]}
+    assert completions_per_step(manifest) == 12
+    # steps 2-3: 2 steps of 12 completions plus one discarded group of 4 each, 20 tokens long on average
+    assert generated_tokens(series, 12, 4) == ({1: 120, 3: 120 + 2 * (12 + 4) * 20}, "estimate")
+    assert generated_tokens(series) == ({}, None)  # neither a count nor completions per step: nothing said
+    counted = {**series, "num_completion_tokens": {1: 100.0, 3: 700.0}}
+    assert generated_tokens(counted, 12, 4) == ({1: 100, 3: 700}, "exact")
