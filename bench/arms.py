@@ -160,8 +160,15 @@ def arm_metric(result, name):
 
 def report(folders, output):
     """Per seed, each arm's metric; each arm against the first, paired over seeds. Printed and written to `output`."""
+    missing = [str(folder) for folder in folders if not (Path(folder) / "arms.json").is_file()]
+    if missing:
+        sys.exit(f"error: no arms.json in {', '.join(missing)}; pass folders that bench/arms.py finished")
     results = [json.loads((Path(folder) / "arms.json").read_text(encoding="utf-8")) for folder in folders]
     names = list(results[0]["arms"])  # the first arm of the first folder is the reference
+    other = [str(folder) for folder, result in zip(folders, results) if sorted(result["arms"]) != sorted(names)]
+    if other:
+        sys.exit(f"error: {', '.join(other)} ran other arms than {folders[0]} ({', '.join(names)}); compare one "
+                 "set of arms at a time")
     metric = "verifier accuracy" if results[0]["task"] == "math" else "win rate vs the base"
     lines, seeds = [f"{metric} per seed (arm: value, step, seconds to its checkpoint, generated tokens)"], []
     for result in results:
@@ -226,9 +233,15 @@ def main(argv=None):
                         "where arms_report.json goes (default bench_output)")
     parser.add_argument("--tiny", action="store_true", help="tiny random models and the quickstart's tiny settings")
     parser.add_argument("--report", nargs="+", metavar="DIR", help="compare the arms of these arms folders")
+    parser.add_argument("--equal_time", action="store_true", help=argparse.SUPPRESS)  # replaced: said below
     args = parser.parse_args(argv)
+    if args.equal_time:
+        parser.error("--equal_time gave later arms the first arm's time plus the rest of their step; pass "
+                     "--budget_s SECONDS instead (one budget for every arm, fixed before the runs)")
     if args.report:
         return report(args.report, Path(args.output_dir or "bench_output") / "arms_report.json")
+    if args.budget_s is not None and args.budget_s <= 0:
+        parser.error(f"--budget_s must be > 0 seconds, got {args.budget_s}")
     if args.stage is None or args.seed is None or not args.arm:
         parser.error("--stage, --seed and at least one --arm are needed (or --report DIR ...)")
     out = Path(args.output_dir or f"bench_output/arms_{args.task}_{args.stage}_seed{args.seed}").resolve()
