@@ -107,7 +107,8 @@ def main(args):
     runs, tags, curves = {}, {}, {}
     for label, (folder, files) in zip(run_labels(found), found.items()):
         runs[label], tags[label] = read_run(files)
-        curves[label] = heldout_curve(files, read_manifest(folder))
+        held_out = any(column.startswith("eval_") for column in runs[label])
+        curves[label] = heldout_curve(files, read_manifest(folder)) if held_out else None
     if not any(runs.values()):
         raise UserError(f"the event files under {', '.join(map(str, folders))} hold none of the metrics plotted "
                         f"({', '.join(CORE_METRICS)}); is this the output_dir of a TRL training run?")
