@@ -274,7 +274,7 @@ def test_held_out_curves_count_minutes_over_launches_and_tokens_from_the_logs(tm
     import matplotlib.pyplot as plt
 
     from plot_training_progress import figure
-    from rlhf.evaluation.metrics import event_files, heldout_curve, read_run, write_csv
+    from rlhf.evaluation.metrics import CURVE_COLUMNS, event_files, heldout_curve, read_run, write_csv
 
     # GRPO, 16 completions per step (8 per pass x 2 passes), resumed from checkpoint-2: the second launch trains
     # steps 3-4 again and evaluates step 4 again; its figures win, and its minutes follow the first launch's 160 s.
@@ -321,6 +321,14 @@ def test_held_out_curves_count_minutes_over_launches_and_tokens_from_the_logs(tm
     assert list(by_tokens.get_lines()[0].get_xdata()) == [0, 480, 896]
     assert "estimated" in by_tokens.get_xlabel()
     plt.close(fig)
+    # The script: the same figures in its table (the GRPO batch read from the run's run_manifest.json)
+    result = run_in_process("plot_training_progress.py", "--log_dir", grpo, ppo, "--output", tmp_path / "p.png",
+                            "--csv", tmp_path / "script.csv")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "generated_tokens_from" in result.stdout
+    written = {(row["run"], int(row["step"])): row for row in read_csv(tmp_path / "script.csv")}
+    assert [written[key][column] for key in (("grpo", 4), ("ppo", 3)) for column in CURVE_COLUMNS] == [
+        "3.833", "896", "estimate", "3.0", "536", "exact"]
 
 
 def test_generated_tokens_read_a_logged_count_first_and_grpo_counts_discarded_groups():
