@@ -2,8 +2,9 @@
 
 TRL's trainers log the same quantities under different tags (GRPO `loss`, PPO `loss/policy_avg`); `COLUMNS` maps
 them onto common columns, and the held-out evaluation's `eval/` scalars onto `eval_*` columns. KL and entropy keep a
-column per unit: GRPO logs them per token, PPO per completion.
-Event files are read with TensorBoard's own `EventAccumulator`.
+column per unit: GRPO logs them per token, PPO per completion. `heldout_curve` puts a run's held-out evaluations
+against minutes of training and generated completion tokens (`generated_tokens`, also read from a checkpoint's
+log_history by bench/arms.py). Event files are read with TensorBoard's own `EventAccumulator`.
 """
 
 import csv
