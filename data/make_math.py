@@ -1,6 +1,7 @@
-"""Write `data/math_train.jsonl` and `data/math_test.jsonl`: arithmetic and word problems this project writes.
+"""Write `data/math_train.jsonl`, `data/math_test.jsonl` and `data/math_validation.jsonl`: arithmetic and word
+problems this project writes.
 
-    python data/make_math.py                   # rewrites both files (deterministic: same seed, same bytes)
+    python data/make_math.py                   # rewrites the three files (deterministic: same seed, same bytes)
     python data/make_math.py OUT_DIR           # writes them into OUT_DIR instead
 
 Rows use the `question` schema: `question` (the problem, then INSTRUCTION), `ground_truth` (a plain integer, as a
@@ -10,6 +11,13 @@ follows from the text and the kind.
 
 Train and test are disjoint by operands, not only by text: each family's operand pairs (unordered for + and x) are
 split once, so no test problem is a rephrasing or a swapped-order version of a training problem.
+
+The validation file (74 rows, every family) is what training evaluates on (`--eval_dataset_name`, picking the best
+checkpoint), so that the test file stays for the final evaluation. It is drawn after train and test, from a random
+stream of its own (train and test are the same bytes as before it existed): no validation problem is a test problem
+(by operands), and none shares a question with train. Where a family has operand pairs that neither train nor test
+uses (add_2digit, sub_2digit, word_add, word_sub), its validation problems are new by operands too; the others
+(add_1digit, mul_small, word_mul: train and test take every pair there is) ask training's operand pairs in new words.
 """
 
 import json
@@ -19,6 +27,10 @@ from pathlib import Path
 
 OUTPUT_DIR = Path(__file__).resolve().parent
 SEED = 2024
+VALIDATION_SEED = 2025
+# Validation rows per family: about a third of the test file's, in its proportions.
+VALIDATION_ROWS = {"add_1digit": 8, "add_2digit": 16, "sub_2digit": 16, "mul_small": 8, "word_add": 10,
+                   "word_sub": 10, "word_mul": 6}
 # In the user message, where SmolLM2-135M-Instruct heeds it more: 448 samples at temperature 0.7 held a \boxed{}
 # in 9.6% of cases with this sentence after the question, in 1.6% with "Answer the question." + it as system prompt.
 INSTRUCTION = " Put your final answer within \\boxed{}."
@@ -80,36 +92,65 @@ def render(kind, key, rng):
     return {"question": question + INSTRUCTION, "ground_truth": str(operation(a, b)), "kind": kind}
 
 
-def make_family(kind, rng):
-    """Split the family's operand pairs into test and train, then draw rows with distinct questions from each."""
+def make_family(kind, rng, used=None):
+    """Split the family's operand pairs into test and train, then draw rows with distinct questions from each.
+    `used`, a dict, receives the family's test pairs and the training pairs drawn ("test", "train")."""
     _, _, keys, _, num_test, num_train = FAMILIES[kind]
     keys = list(keys)
     rng.shuffle(keys)
     test = [render(kind, key, rng) for key in keys[:num_test]]
-    train_keys, train, seen = keys[num_test:], [], set()
+    train_keys, train, seen, drawn = keys[num_test:], [], set(), set()
     while len(train) < num_train:
-        row = render(kind, rng.choice(train_keys), rng)
+        key = rng.choice(train_keys)
+        row = render(kind, key, rng)
         if row["question"] not in seen:
             seen.add(row["question"])
             train.append(row)
+            drawn.add(key)
+    if used is not None:
+        used.update(test=set(keys[:num_test]), train=drawn)
     return train, test
 
 
-def make_rows(seed=SEED):
+def make_validation(used, questions, seed=VALIDATION_SEED):
+    """The validation rows: per family, `VALIDATION_ROWS` problems on operand pairs outside the test split (outside
+    train's too where some are left), each question new (`questions`: train's and test's). `used`: {kind: what
+    `make_family` put in its `used`}."""
+    rng, rows, seen = random.Random(seed), [], set(questions)
+    for kind, count in VALIDATION_ROWS.items():
+        keys = [key for key in FAMILIES[kind][2] if key not in used[kind]["test"]]
+        fresh = [key for key in keys if key not in used[kind]["train"]]
+        keys = fresh if len(fresh) >= count else keys  # else every pair is train's or test's: training's, new words
+        family = []
+        while len(family) < count:
+            row = render(kind, rng.choice(keys), rng)
+            if row["question"] not in seen:
+                seen.add(row["question"])
+                family.append(row)
+        rows += family
+    rng.shuffle(rows)
+    return rows
+
+
+def make_rows(seed=SEED, validation=False):
+    """(train, test) rows, shuffled; with `validation`, (train, test, validation)."""
     rng = random.Random(seed)
-    train, test = [], []
+    train, test, used = [], [], {}
     for kind in FAMILIES:
-        family_train, family_test = make_family(kind, rng)
+        family_train, family_test = make_family(kind, rng, used.setdefault(kind, {}))
         train += family_train
         test += family_test
     rng.shuffle(train)
     rng.shuffle(test)
+    if validation:
+        return train, test, make_validation(used, [row["question"] for row in train + test])
     return train, test
 
 
 def main(output_dir=OUTPUT_DIR):
-    train, test = make_rows()
-    for name, rows in (("math_train.jsonl", train), ("math_test.jsonl", test)):
+    train, test, validation = make_rows(validation=True)
+    for name, rows in (("math_train.jsonl", train), ("math_test.jsonl", test),
+                       ("math_validation.jsonl", validation)):
         path = Path(output_dir) / name
         path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
         print(f"Wrote {len(rows)} problems to {path}")

@@ -1,6 +1,7 @@
-"""Write `data/preferences.jsonl`: a small preference set in the Intel ORCA schema, written by this project.
+"""Write `data/preferences.jsonl`: a small preference set in the Intel ORCA schema, written by this project, and
+`data/preferences_validation.jsonl`, the prompts training evaluates on.
 
-    python data/make_preferences.py            # rewrites data/preferences.jsonl (deterministic)
+    python data/make_preferences.py            # rewrites both files (deterministic)
     python data/make_preferences.py --judge --seed 4321 --output judge_preferences.jsonl   # a judge's pairs
 
 Every row is generated here from the topic notes below; nothing is copied from a third-party dataset.
@@ -13,6 +14,10 @@ Its chosen answers are worded in either of two sets of phrases (the shipped set'
 no signal; its rejected answers fail in the six shipped ways and in four the shipped set never shows, each as long
 and fluent as a good answer: empty praise, the topic's frame around another topic's facts, one right sentence
 looping, a whole answer cut off mid-sentence.
+
+The validation file (64 pairs, each topic asked in two questions the shipped set never asks: no prompt of the 400
+shipped pairs, the 80 the quickstart tests on included) is what GRPO and PPO evaluate on while they train
+(`--eval_dataset_name`, picking the best checkpoint), from a random stream of its own: the shipped file is unchanged.
 """
 
 import argparse
@@ -24,6 +29,8 @@ from pathlib import Path
 OUTPUT = Path(__file__).resolve().parent / "preferences.jsonl"
 NUM_PAIRS = 400
 SEED = 1234
+VALIDATION_OUTPUT = Path(__file__).resolve().parent / "preferences_validation.jsonl"
+VALIDATION_SEED = 1235
 
 # topic: (what it is, why it matters)
 TOPICS = {
@@ -108,6 +115,13 @@ QUESTIONS = [
     "Can you describe {topic} briefly?",
     "I am curious about {topic}. What should I know?",
     "Give me a short explanation of {topic}.",
+]
+
+
+# The validation pairs' questions: none of them is one of QUESTIONS, so no validation prompt is a shipped pair's.
+VALIDATION_QUESTIONS = [
+    "Tell me about {topic}.",
+    "How would you explain {topic} to a friend?",
 ]
 
 
@@ -232,6 +246,20 @@ def make_rows(num_pairs=NUM_PAIRS, seed=SEED, judge=False, modes=None):
     return rows
 
 
+def make_validation_rows(seed=VALIDATION_SEED):
+    """The validation pairs: each topic in each of VALIDATION_QUESTIONS, answered and failed as the shipped pairs
+    are, shuffled."""
+    rng = random.Random(seed)
+    rows = []
+    for question in VALIDATION_QUESTIONS:
+        for topic, (what, why) in TOPICS.items():
+            _, rejected = rejected_answer(topic, what, rng)
+            rows.append({"system": rng.choice(SYSTEMS), "question": question.format(topic=topic),
+                         "chosen": chosen_answer(topic, what, why, rng), "rejected": rejected})
+    rng.shuffle(rows)
+    return rows
+
+
 def main(path=OUTPUT, seed=SEED, num_pairs=NUM_PAIRS, judge=False):
     """Write the pairs to `path`. Another set than the shipped one never replaces the shipped file, and a file that
     holds other rows is kept (the same rows again are left as they are)."""
@@ -249,6 +277,10 @@ def main(path=OUTPUT, seed=SEED, num_pairs=NUM_PAIRS, judge=False):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     print(f"Wrote {num_pairs} {'judge ' if judge else ''}preference pairs to {path}")
+    if shipped and path.resolve() == OUTPUT:  # the shipped set's validation pairs beside it
+        rows = make_validation_rows()
+        VALIDATION_OUTPUT.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        print(f"Wrote {len(rows)} validation preference pairs to {VALIDATION_OUTPUT}")
 
 
 def refuse(message):

@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 PREFERENCES = DATA / "preferences.jsonl"
 MATH_TRAIN, MATH_TEST = DATA / "math_train.jsonl", DATA / "math_test.jsonl"
+# What training evaluates on (--eval_dataset_name), apart from what the final evaluation tests on
+PREFERENCES_VALIDATION, MATH_VALIDATION = DATA / "preferences_validation.jsonl", DATA / "math_validation.jsonl"
 
 
 def printed_command(script, *args):

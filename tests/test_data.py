@@ -370,3 +370,67 @@ def test_a_prompt_longer_than_max_prompt_length_tokens_could_spell_is_dropped_wi
     with texts_tokenized(tokenizer) as tokenized:
         kept, _, dropped = build_prompt_dataset(Dataset.from_list(rows), tokenizer, 512)
     assert (len(kept), dropped) == (3, 1) and max(tokenized) < len(huge)
+
+
+# ---- The validation files: what training evaluates on (--eval_dataset_name), apart from the final test set ----
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def prompt_of(row):
+    """What a policy is asked: the system message and the question (ORCA), or the question (math)."""
+    return row.get("system", ""), row["question"]
+
+
+def test_the_preference_validation_pairs_share_no_prompt_with_the_shipped_pairs():
+    from rlhf.bundled import PREFERENCES, PREFERENCES_VALIDATION
+
+    generator = load_generator()
+    rows, shipped = read_jsonl(PREFERENCES_VALIDATION), read_jsonl(PREFERENCES)
+    assert rows == generator.make_validation_rows(), "run `python data/make_preferences.py` and commit both files"
+    assert 60 <= len(rows) <= 80 and detect_schema(rows[0]) == "orca"
+    assert all(row["chosen"] != row["rejected"] for row in rows)
+    # No question of the 400 (the first 320 train, the last 80 are the quickstart's test prompts), whatever the system
+    assert not {row["question"] for row in rows} & {row["question"] for row in shipped}
+    assert len({prompt_of(row) for row in rows}) == len(rows)
+    assert {row["question"].split()[-1].rstrip(".?") for row in rows} >= {"photosynthesis", "gravity"}  # every topic
+
+
+def test_the_math_validation_problems_are_apart_from_train_and_test(tmp_path):
+    from rlhf.bundled import MATH_TEST, MATH_TRAIN, MATH_VALIDATION
+    from test_math_data import KINDS, operands, problem_key
+
+    rows, train, test = read_jsonl(MATH_VALIDATION), read_jsonl(MATH_TRAIN), read_jsonl(MATH_TEST)
+    assert 60 <= len(rows) <= 80 and {row["kind"] for row in rows} == KINDS
+    operations = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+    for row in rows:  # each answer right
+        operation = next(op for name, op in operations.items() if name in row["kind"])
+        assert row["ground_truth"] == str(operation(*operands(row))), row
+    questions = [row["question"] for row in rows]
+    assert len(set(questions)) == len(questions)
+    assert not set(questions) & {row["question"] for row in train + test}, "a validation question in train or test"
+    # Not a test problem in other words; not a training one either, where the family has operand pairs left
+    assert not {problem_key(row) for row in rows} & {problem_key(row) for row in test}
+    fresh = [row for row in rows if row["kind"] in ("add_2digit", "sub_2digit", "word_add", "word_sub")]
+    assert len(fresh) == 52 and not {problem_key(row) for row in fresh} & {problem_key(row) for row in train}
+    # What data/make_math.py writes, train and test as before
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("make_math", ROOT / "data" / "make_math.py")
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    generator.main(tmp_path)
+    for path in (MATH_TRAIN, MATH_TEST, MATH_VALIDATION):
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), f"run `python data/make_math.py`: {path.name}"
+
+
+@pytest.mark.parametrize("name", ["PREFERENCES_VALIDATION", "MATH_VALIDATION"])
+def test_the_validation_files_load_as_held_out_prompts(name):
+    from rlhf import bundled
+
+    rows = load_rows(str(getattr(bundled, name)))
+    dataset, schema, dropped = build_prompt_dataset(rows, tiny.build_tokenizer(), 512, "Be brief.")
+    assert schema in ("orca", "question") and dropped == 0 and len(dataset) == len(rows)

@@ -69,6 +69,8 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
                                                                 for _, value, low, high in curve["points"])
         assert f"{stage} held-out win rate during training: 0 -> 0.50 [0.50, 0.50], 2 -> " in result.stdout
         assert isinstance(summary["health"][stage], list)
+    assert_held_out_apart_and_ppo_ended_on_its_best(out, result, summary, "preferences_validation.jsonl",
+                                                   "preferences.jsonl")  # its test prompts: the rows after 320
     # A judge GRPO and PPO never trained against: a second reward model on pairs of its own (make_preferences.py
     # --judge), its seed fixed whatever --seed; its win rates beside the reward model's, in the summary and its JSON.
     for stage in ("judge data", "judge"):
@@ -98,6 +100,24 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert "deleted its checkpoints" not in again.stdout
 
 
+def assert_held_out_apart_and_ppo_ended_on_its_best(out, result, summary, validation, test):
+    """GRPO and PPO evaluated while they trained on the task's validation file, the final evaluation on `test`; PPO
+    ended on its best checkpoint by the held-out evaluation (GRPO on its last step), and the summary says which."""
+    for stage, config in (("grpo", "GRPOTrainingConfig"), ("ppo", "PPOTrainingConfig")):
+        settings = json.loads((out / stage / "run_manifest.json").read_text())["config"][config]
+        assert settings["eval_dataset_name"] == str(ROOT / "data" / validation)
+        assert settings["end_on_best_checkpoint"] is (stage == "ppo")
+    assert result.stdout.count(f"completions from {ROOT / 'data' / validation}, every 2 steps") == 2
+    assert json.loads((out / "evaluation.json").read_text())["config"]["dataset_name"] == str(ROOT / "data" / test)
+    final = summary["final_model"]["ppo"]
+    assert final == json.loads((out / "ppo" / "run_report.json").read_text())["final_model"]
+    best = json.loads((out / "ppo" / "run_report.json").read_text())["best_checkpoint"]
+    assert final["checkpoint"] == best and final["step"] in (2, 4) and final["last_step"] == 4
+    assert f"ppo {final['line']}" in result.stdout and final["line"].startswith(
+        f"ended on the best checkpoint by the held-out evaluation, checkpoint-{final['step']} (")
+    assert summary["final_model"]["grpo"] is None
+
+
 @pytest.mark.slow
 def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_path):
     out = tmp_path / "math"
@@ -109,9 +129,10 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     assert (summary["task"], summary["seed"]) == ("math", 3)
     base = summary["models"][next(iter(summary["models"]))]
     assert {"format_rate", "verifier_accuracy", "verifier_accuracy_ci_low", "verifier_accuracy_ci_high"} <= set(base)
-    for stage in ("grpo", "ppo"):  # on held-out problems of data/math_test.jsonl
+    for stage in ("grpo", "ppo"):  # on the validation problems, data/math_validation.jsonl
         assert summary["held_out"][stage]["metric"] == "accuracy"
         assert f"{stage} held-out accuracy during training: 0 -> 0.00 [0.00, 0.00]" in result.stdout
+    assert_held_out_apart_and_ppo_ended_on_its_best(out, result, summary, "math_validation.jsonl", "math_test.jsonl")
     assert [c["model_path"] for c in summary["comparison"]] == [str(out / "grpo"), str(out / "ppo")]
     for c in summary["comparison"]:
         assert c["accuracy_delta_ci_low"] <= c["accuracy_delta"] <= c["accuracy_delta_ci_high"]
