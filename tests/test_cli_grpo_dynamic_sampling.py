@@ -1,6 +1,7 @@
 """`train_grpo.py --use_dynamic_sampling` end to end on the tiny models: every generation trains on groups whose
 rewards differ, in one process and two, resumed exactly, with LoRA and the reward model, and the cap said once."""
 
+import json
 from collections import defaultdict
 
 import pytest
@@ -11,10 +12,11 @@ from rlhf.batches import GROUP_WHY
 from test_interruption import final_weights
 
 # Rewards that control which groups differ: `half` gives every completion of half the prompts (by the prompt's
-# checksum) the same 0 and scores the others by their text; `one` gives every completion 1. With PROBE_DIR set, each
-# process writes the step of each call (one call per generation round).
+# checksum) the same 0 and scores the others by their text; `half_ids` as `half`, by their token ids; `one` gives
+# every completion 1. With PROBE_DIR set, each process writes the step of each call (one call per generation round);
+# with DRAWN_FILE set, `half_ids` writes each completion's reward and length.
 REWARDS = '''
-import os, zlib
+import json, os, zlib
 from pathlib import Path
 
 
@@ -28,6 +30,17 @@ def half(prompts, completions, trainer_state=None, **kwargs):
     _probe(trainer_state)
     return [0.0 if zlib.crc32(str(p).encode()) % 2 else zlib.crc32(str(c).encode()) % 1000 / 1000
             for p, c in zip(prompts, completions)]
+
+
+def half_ids(prompts, completions, completion_ids, trainer_state=None, **kwargs):
+    rewards = [0.0 if zlib.crc32(str(p).encode()) % 2 else sum(ids) % 1000 / 1000
+               for p, ids in zip(prompts, completion_ids)]
+    if os.environ.get("DRAWN_FILE"):
+        with open(os.environ["DRAWN_FILE"], "a") as f:
+            for reward, ids in zip(rewards, completion_ids):
+                f.write(json.dumps({"step": trainer_state.global_step + 1, "reward": reward, "length": len(ids)}))
+                f.write("\\n")
+    return rewards
 
 
 def one(prompts, completions, **kwargs):
@@ -50,6 +63,13 @@ def trained_groups(checkpoint, processes=1):
             for ids, mask, advantage in zip(batch["prompt_ids"], batch["prompt_mask"], batch["advantages"]):
                 groups[tuple(ids[mask.bool()].tolist())].append(advantage.item())
     return list(groups.values())
+
+
+def trained_completions(checkpoint):
+    """The generation a checkpoint trains on (one process): each completion's token ids."""
+    state = torch.load(checkpoint / "grpo_generation_0.pt", weights_only=True)
+    return [ids[mask.bool()].tolist() for batch in state["buffered_inputs"]
+            for ids, mask in zip(batch["completion_ids"], batch["completion_mask"])]
 
 
 def assert_every_group_differs(groups, completions):
@@ -82,6 +102,41 @@ def test_each_generation_trains_on_groups_whose_rewards_differ_and_counts_what_i
     assert {value for _, value in logged["train/frac_reward_zero_std"]} == {0.0}  # the groups trained on
     assert {value for _, value in logged["train/dynamic_sampling/cap_reached"]} == {0.0}
     assert "note: dynamic sampling" not in result.stdout
+
+
+@pytest.mark.slow
+def test_reward_and_completion_metrics_describe_the_groups_trained_on_and_the_drawn_ones_every_draw(tiny_models,
+                                                                                                   tmp_path, rewards):
+    # TRL logs reward and completions/* once per round: before, a step averaged every round drawn, discarded groups
+    # included. Expected values from the rows each checkpoint trains on and from what the reward function saw.
+    out, drawn = tmp_path / "run", tmp_path / "drawn.jsonl"
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(
+            tiny_models, out, "--reward_funcs", "signal_rewards.half_ids", "--use_dynamic_sampling", "--max_steps",
+            "3", "--prompts_per_generation", "4", "--save_steps", "1", "--save_total_limit", "10"),
+            env={**rewards, "DRAWN_FILE": str(drawn)}))
+    logged = {tag: dict(points) for tag, points in scalars(out).items()}
+    records = [json.loads(line) for line in drawn.read_text().splitlines()]
+    [mean] = [points for tag, points in logged.items() if tag.startswith("train/rewards/") and tag.endswith("/mean")]
+    assert set(logged["train/dynamic_sampling/rounds"]) == {1, 3}  # a generation every 2 steps
+    assert max(logged["train/dynamic_sampling/rounds"].values()) > 1  # groups were discarded
+    for step, rounds in logged["train/dynamic_sampling/rounds"].items():
+        completions = trained_completions(out / f"checkpoint-{step}")
+        assert len(completions) == 8
+        reward = sum(sum(ids) % 1000 / 1000 for ids in completions) / 8  # every group trained on differs
+        lengths = [len(ids) for ids in completions]
+        assert logged["train/reward"][step] == pytest.approx(reward, abs=1e-6)
+        assert mean[step] == pytest.approx(reward, abs=1e-6)  # rewards/<half_ids>/mean: the one function's
+        assert logged["train/completions/mean_length"][step] == pytest.approx(sum(lengths) / 8)
+        assert logged["train/completions/max_length"][step] == max(lengths)
+        # what every round drew, the discarded groups included: 8 completions a round
+        seen = [record for record in records if record["step"] == step]
+        assert len(seen) == 8 * rounds
+        drawn_reward = sum(record["reward"] for record in seen) / len(seen)
+        assert logged["train/dynamic_sampling/drawn_reward"][step] == pytest.approx(drawn_reward, abs=1e-6)
+        assert logged["train/dynamic_sampling/drawn_mean_length"][step] == pytest.approx(
+            sum(record["length"] for record in seen) / len(seen))
+        if rounds > 1:
+            assert drawn_reward != pytest.approx(reward, abs=1e-3)
 
 
 @pytest.mark.slow

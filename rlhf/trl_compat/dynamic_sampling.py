@@ -14,8 +14,16 @@ that function gathers every process's rewards in `_calculate_rewards` (1579, `ga
 advantages per group (2749-2797) and returns this process's rows (2803-2808): prompt and completion ids and masks,
 advantages, log-probabilities, `num_items_in_batch` (2897-2935). Here each round is one call to it, unchanged; the
 decision is taken on the gathered rewards, so every process keeps the same groups; each process then takes its slice
-of the kept groups' rows (from the others where a group straddles two processes). Advantages are TRL's, computed in
-the round the group was generated in (the group's own mean and std; with `--scale_rewards batch`, that round's std).
+of the kept groups' rows, those another process generated sent by it to this process alone (CPU tensors, one
+`scatter_object_list` per process that sends). Advantages are TRL's, computed in the round the group was generated in
+(the group's own mean and std; with `--scale_rewards batch`, that round's std).
+
+TRL logs `completions/*` (in `_generate`, 2295-2310), `rewards/<f>/mean|std`, `reward`, `reward_std` and
+`frac_reward_zero_std` (2820-2830) once per call, over every process's completions: here they are replaced by one
+value per generation, the same statistics of the groups trained on (`completion_metrics`, from every process's
+rewards and lengths, so every process logs the same), and what every round drew, discarded groups included, is
+logged as `dynamic_sampling/drawn_reward`, `drawn_mean_length` and `drawn_clipped_ratio` (`DRAWN`). Left per round:
+`num_tokens` (every token generated), vLLM's `sampling/*` and the completions table (`--log_completions`).
 
 Extra prompts come from a stream of passes over the training set of their own, each pass in its own order (seeded by
 the seed and the pass): prompts come in that order, none twice within a pass, and each extra round takes the next
@@ -120,9 +128,10 @@ def _pass_order(seed, pass_, dataset_size):
     return tuple(order)
 
 
-def take_rows(pieces, index, pad_token_id, device):
+def take_rows(pieces, index, pad_token_id, device, widths=None):
     """TRL's scored batch of the rows `index` [(piece, row)] of `pieces` {piece: a scored batch}, each tensor padded
-    to the widest piece's width as TRL pads it (`PADDING`). `num_items_in_batch` is left to the caller."""
+    as TRL pads it (`PADDING`) to the widest piece's width, or to `widths` {key: width} where that is wider.
+    `num_items_in_batch` is left to the caller."""
     import torch
     import torch.nn.functional as F
 
@@ -143,13 +152,47 @@ def take_rows(pieces, index, pad_token_id, device):
         if key in PADDING:
             side, value = PADDING[key]
             value = pad_token_id if value is None else value
-            width = max(v.shape[1] for v in values)
+            width = max(max(v.shape[1] for v in values), (widths or {}).get(key, 0))
             values = [F.pad(v, (width - v.shape[1], 0) if side == "left" else (0, width - v.shape[1]), value=value)
                       for v in values]
         elif key not in ONE_PER_ROW:  # images, tool calls: not in this package's text-only GRPO
             raise NotImplementedError(f"dynamic sampling cannot regroup {key!r} of TRL's scored batch")
         batch[key] = torch.cat([v.to(device) for v in values])[rows]
     return batch
+
+
+def completion_metrics(rewards_per_func, weights, names, lengths, truncated):
+    """What TRL 1.16 logs of one generation's completions, computed on these: `completions/*` as `_generate` logs
+    them (grpo_trainer.py 2295-2310) from each completion's length and whether it was cut off (no EOS), `rewards/<f>/
+    mean|std`, `reward` and `reward_std` as `_generate_and_score_completions` does (2820-2829) from the rewards
+    (completions, functions), NaN where a function gave none. Every argument holds every process's completions."""
+    import torch
+    from trl.trainer.utils import nanstd  # TRL 1.16.0
+
+    lengths, truncated = lengths.float(), truncated.bool()
+    ended = lengths[~truncated]
+    if len(ended) == 0:  # none ended: TRL logs 0
+        ended = torch.zeros(1, device=lengths.device)
+    metrics = {"completions/mean_length": lengths.mean().item(), "completions/min_length": lengths.min().item(),
+               "completions/max_length": lengths.max().item(),
+               "completions/clipped_ratio": truncated.float().mean().item(),
+               "completions/mean_terminated_length": ended.mean().item(),
+               "completions/min_terminated_length": ended.min().item(),
+               "completions/max_terminated_length": ended.max().item()}
+    for i, name in enumerate(names):
+        metrics[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, i]).item()
+        metrics[f"rewards/{name}/std"] = nanstd(rewards_per_func[:, i]).item()
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan  # unscored by every function: left out
+    metrics["reward"] = torch.nanmean(rewards).item()
+    metrics["reward_std"] = nanstd(rewards).item()
+    return metrics
+
+
+# Of every completion drawn for a generation (every round's), what dynamic sampling logs beside TRL's names (which
+# describe the groups trained on): dynamic_sampling/<name> <- completion_metrics' <key>.
+DRAWN = {"drawn_reward": "reward", "drawn_mean_length": "completions/mean_length",
+         "drawn_clipped_ratio": "completions/clipped_ratio"}
 
 
 class DynamicSampling:
@@ -182,20 +225,37 @@ class DynamicSampling:
         self._gathered_rewards = rewards  # every process's, group after group (TRL gathers them for the advantages)
         return rewards
 
-    def _generate_and_score_completions(self, inputs):
-        import torch
+    def _generate(self, prompts):
+        result = super()._generate(prompts)
+        if getattr(self.args, "use_dynamic_sampling", False) and self.model.training:
+            import torch
 
+            # What TRL 1.16 logs its completions/* from (grpo_trainer.py 2274-2304): each completion's length (its
+            # model tokens where a tool mask is given) and whether it was cut off, every process's, in TRL's order
+            # (all processes call this alike). `_generate` returns (prompt_ids, completion_ids, tool_mask, ...).
+            completion_ids, tool_mask = result[1], result[2]
+            lengths = [sum(mask) for mask in tool_mask] if tool_mask is not None else [len(ids) for ids in
+                                                                                       completion_ids]
+            ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+            truncated = [ids[-1] not in ends for ids in completion_ids]
+            self._gathered_lengths = self.accelerator.gather(
+                torch.tensor([lengths, truncated], device=self.accelerator.device).T)  # (completions, 2)
+        return result
+
+    def _generate_and_score_completions(self, inputs):
         if not (getattr(self.args, "use_dynamic_sampling", False) and self.model.training):
             return super()._generate_and_score_completions(inputs)
         metrics = self._metrics["train"]
-        logged = len(metrics["frac_reward_zero_std"])
+        logged = {key: len(values) for key, values in metrics.items()}  # what was logged before this generation
         size = self.num_generations
         target = self.args.generation_batch_size // size  # groups per generation, over all processes
         task = task_columns(self.reward_func_names)  # the rewards a group is judged by
-        outputs, spreads = [], []
+        outputs, spreads, drawn_rewards, drawn_lengths = [], [], [], []
         while True:
             batch = inputs if not outputs else self._extra_inputs(inputs, target)
             outputs.append(super()._generate_and_score_completions(batch))
+            drawn_rewards.append(self._gathered_rewards)
+            drawn_lengths.append(self._gathered_lengths)
             spread = groups_with_spread(self._gathered_rewards[:, task], self.reward_weights[task], size,
                                         self.args.dynamic_sampling_tolerance,
                                         per_function=self.multi_objective_aggregation == "normalize_then_sum")
@@ -213,12 +273,7 @@ class DynamicSampling:
         differ = min(found, target)
         output = outputs[0] if len(outputs) == 1 and differ == target else self._regroup(outputs, chosen)
 
-        # TRL's frac_reward_zero_std (one value per round) describes the groups trained on: the share whose
-        # advantages are all 0 (every process's rows, in the order of `chosen`: the groups that differ first)
-        advantages = self.accelerator.gather(output["advantages"]).view(target, size)
-        zero = torch.isclose(advantages, torch.zeros_like(advantages)).all(dim=1)
-        del metrics["frac_reward_zero_std"][logged:]
-        metrics["frac_reward_zero_std"].append(zero.float().mean().item())
+        zero = self._log_trained_and_drawn(logged, output, chosen, drawn_rewards, drawn_lengths)
         drawn = target * len(outputs)
         metrics["dynamic_sampling/groups_drawn"].append(drawn)
         metrics["dynamic_sampling/groups_one_reward"].append(drawn - found)
@@ -244,6 +299,35 @@ class DynamicSampling:
                     "not said")
         return output
 
+    def _log_trained_and_drawn(self, logged, output, chosen, drawn_rewards, drawn_lengths):
+        """TRL logs its metrics once per round: here they describe the groups trained on, one value per generation
+        in place of the rounds' (`logged`: how many values each metric held before them), and what every round drew
+        is logged under dynamic_sampling/ (`DRAWN`). Every process computes them alike from every process's rewards
+        and lengths (per round, `drawn_rewards` and `drawn_lengths`). Returns, per group trained on (every process's,
+        in the order of `chosen`: the groups that differ first), whether its advantages are all 0: TRL's
+        frac_reward_zero_std is their share."""
+        import torch
+
+        metrics, size = self._metrics["train"], self.num_generations
+
+        def kept(rounds):
+            return torch.cat([rounds[r][g * size:(g + 1) * size] for r, g in chosen])
+
+        weights, names = self.reward_weights, self.reward_func_names
+        lengths = kept(drawn_lengths)
+        trained = completion_metrics(kept(drawn_rewards), weights, names, lengths[:, 0], lengths[:, 1])
+        advantages = self.accelerator.gather(output["advantages"]).view(len(chosen), size)
+        zero = torch.isclose(advantages, torch.zeros_like(advantages)).all(dim=1)
+        trained["frac_reward_zero_std"] = zero.float().mean().item()
+        for key, value in trained.items():
+            del metrics[key][logged.get(key, 0):]
+            metrics[key].append(value)
+        lengths = torch.cat(drawn_lengths)
+        every = completion_metrics(torch.cat(drawn_rewards), weights, names, lengths[:, 0], lengths[:, 1])
+        for name, key in DRAWN.items():
+            metrics[f"dynamic_sampling/{name}"].append(every[key])
+        return zero
+
     def _extra_inputs(self, inputs, target):
         """This process's rows of an extra round: the next `target` prompts of the extra prompts' stream
         (`extra_prompts`), each repeated for its group, laid out over the processes as TRL's RepeatSampler lays out a
@@ -263,31 +347,60 @@ class DynamicSampling:
         rank = self.accelerator.process_index
         rows = [(r, g * size + i) for r, g in chosen for i in range(size)]  # over all processes, in training order
         mine = rows[rank * per_process:(rank + 1) * per_process]
+        widths = None
         if all(row // per_process == n // per_process for n, (_, row) in enumerate(rows)):  # no row moves
             pieces = {(rank, r): output for r, output in enumerate(outputs)}
             index = [((rank, r), row % per_process) for r, row in mine]
         else:
-            from accelerate.utils import gather_object
-
-            held = {}  # (process, round) -> its rows that are trained on, in the order it sends them
-            for r, row in rows:
-                held.setdefault((row // per_process, r), []).append(row % per_process)
-            held = {key: sorted(value) for key, value in held.items()}
-            sent = {r: _rows_of(outputs[r], held[(process, r)]) for process, r in held if process == rank}
-            pieces = {(process, r): piece for process, their in enumerate(gather_object([sent]))
-                      for r, piece in their.items()}
-            position = {(key, row): n for key, value in held.items() for n, row in enumerate(value)}
-            index = [((row // per_process, r), position[((row // per_process, r), row % per_process)])
-                     for r, row in mine]
+            pieces, widths = self._rows_sent(outputs, rows, per_process)
+            index, taken = [], {}
+            for r, row in mine:  # each piece holds this process's rows of one (process, round) in its order
+                key = (row // per_process, r)
+                index.append((key, taken.setdefault(key, 0)))
+                taken[key] += 1
         processing = self.processing_class
         pad = getattr(processing, "tokenizer", processing).pad_token_id
-        batch = take_rows(pieces, index, pad, self.accelerator.device)
+        batch = take_rows(pieces, index, pad, self.accelerator.device, widths)
         width = batch["prompt_ids"].shape[1]
         self._logps_again(batch, [n for n, (key, _) in enumerate(index) if pieces[key]["prompt_ids"].shape[1] < width])
         mask = batch["completion_mask"] if batch.get("tool_mask") is None else batch["completion_mask"] * batch[
             "tool_mask"]
         batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()  # as TRL counts it (2498)
         return batch
+
+    def _rows_sent(self, outputs, rows, per_process):
+        """The rows a process trains on of each process's rounds, each process receiving only its own: {(process,
+        round): its rows}, each piece's rows in this process's training order, and the width {key: width} the
+        merged batch is padded to (the widest round of any process that holds a row trained on, on every process).
+        `rows`: (round, row over all processes) in training order, `per_process` rows to each process. One
+        `scatter_object_list` per process that sends rows to another, every process calling each alike; what is
+        sent is CPU tensors of the rows (`_rows_of`)."""
+        import torch
+        import torch.distributed as dist
+
+        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
+        # wanted[source][destination]: {round: the source's rows of that round the destination trains on, in order}
+        wanted = [[{} for _ in range(processes)] for _ in range(processes)]
+        for n, (r, row) in enumerate(rows):
+            wanted[row // per_process][n // per_process].setdefault(r, []).append(row % per_process)
+        pieces = {(rank, r): _rows_of(outputs[r], picked) for r, picked in wanted[rank][rank].items()}
+        for source in range(processes):
+            if not any(wanted[source][d] for d in range(processes) if d != source):  # it sends nothing
+                continue
+            sent = None
+            if rank == source:
+                sent = [{} if d == rank else {r: _rows_of(outputs[r], picked) for r, picked in part.items()}
+                        for d, part in enumerate(wanted[rank])]
+            received = [None]
+            dist.scatter_object_list(received, sent, src=source)
+            if rank != source:
+                pieces.update({(source, r): piece for r, piece in received[0].items()})
+        # The width of each padded tensor: the widest of the rounds, any process's, that hold a row trained on.
+        names = [key for key in PADDING if outputs[0].get(key) is not None]
+        held = {r for part in wanted[rank] for r in part}
+        local = [max((outputs[r][key].shape[1] for r in held), default=0) for key in names]
+        widths = self.accelerator.gather(torch.tensor([local], device=self.accelerator.device)).amax(dim=0)
+        return pieces, dict(zip(names, widths.tolist()))
 
     def _logps_again(self, batch, rows):
         """The old and reference log-probabilities of the `rows` of `batch` whose prompts got extra left pads (their
@@ -325,5 +438,7 @@ class DynamicSampling:
 
 
 def _rows_of(batch, rows):
-    """The `rows` of a scored batch, on the CPU (to be sent to the other processes)."""
-    return {key: value[rows].cpu() if value is not None and value.ndim else value for key, value in batch.items()}
+    """The `rows` of a scored batch, on the CPU (to be sent to another process): its tensors of one row per
+    completion; one value for the batch (`num_items_in_batch`, counted again once merged) is left out."""
+    return {key: value if value is None else value[rows].cpu() for key, value in batch.items()
+            if value is None or value.ndim}
