@@ -178,6 +178,7 @@ def test_the_callback_adds_health_values_to_the_log_and_prints_once(capsys):
 
     class State:
         global_step = 0
+        log_history = []
 
     seen = []
     for step in range(1, 5):
@@ -187,6 +188,103 @@ def test_the_callback_adds_health_values_to_the_log_and_prints_once(capsys):
         seen.append(log.get("health/completions_cut_off"))
     assert seen == [None, None, 1.0, None]
     assert capsys.readouterr().out.count("health: ") == 1
+
+
+# ---- The held-out evaluation falling below its best point's interval ----
+
+def evaluation(step, accuracy, half_width=0.15):
+    """A held-out evaluation's entry of the log history, as rlhf/evaluation/heldout.py logs it under the verifier."""
+    return {"eval/win_rate": 0.5, "eval/win_rate_low": 0.4, "eval/win_rate_high": 0.6, "eval/accuracy": accuracy,
+            "eval/accuracy_low": max(0.0, accuracy - half_width), "eval/accuracy_high": accuracy + half_width,
+            "step": step}
+
+
+def test_held_out_fell_compares_the_latest_with_the_best_ones_lower_bound():
+    # (step, value, lower bound)
+    assert health.held_out_fell([(0, 0.09, 0.0), (3, 0.31, 0.19), (6, 0.18, 0.08)]) == (
+        (3, 0.31, 0.19), (6, 0.18, 0.08))  # below 0.19
+    assert health.held_out_fell([(0, 0.09, 0.0), (3, 0.31, 0.19), (6, 0.19, 0.08)]) is None  # at the bound: within
+    assert health.held_out_fell([(0, 0.1, 0.0), (3, 0.2, 0.1), (6, 0.3, 0.2)]) is None  # rising
+    assert health.held_out_fell([(3, 0.31, 0.19)]) is None  # one evaluation: nothing to fall from
+    # The starting policy is no candidate for the best: its win rate against itself is 0.5 with no interval
+    assert health.held_out_fell([(0, 0.5, 0.5), (2, 0.45, 0.3), (4, 0.42, 0.3)]) is None
+    assert health.held_out_fell([(0, 0.5, 0.5), (2, 0.7, 0.6), (4, 0.5, 0.4)])[0] == (2, 0.7, 0.6)
+    # Of equal best values, the earliest is the best
+    assert health.held_out_fell([(1, 0.5, 0.4), (2, 0.5, 0.45), (3, 0.3, 0.2)])[0] == (1, 0.5, 0.4)
+
+
+def test_the_issues_falling_held_out_accuracy_is_said_once_with_the_best_checkpoint():
+    monitor = HealthMonitor({"kind": "ppo"})
+    out = "/runs/ppo"
+    raised = [monitor.observe_evaluation(evaluation(step, accuracy), step, f"{out}/checkpoint-3")
+              for step, accuracy in ((0, 0.09), (3, 0.31), (6, 0.19), (9, 0.12), (10, 0.06))]
+    assert [len(alarms) for alarms in raised] == [0, 0, 0, 1, 0]  # 0.19 is within 0.16-0.46; 0.12 is not; once
+    alarm = raised[3][0]
+    assert (alarm.name, alarm.metric, alarm.value, alarm.threshold, alarm.step) == (
+        "held_out_fell", "eval/accuracy", 0.12, 0.16, 9)
+    assert alarm.line.startswith("health: held-out accuracy fell to 12.0%, below the best evaluation's 95% interval "
+                                 "(31.0% at step 3, lower bound 16.0%) (eval/accuracy 0.12 < 0.16, step 9): ")
+    assert (f"{out}/checkpoint-3 holds it (checkpoint rotation keeps it): end on it with --end_on_best_checkpoint, "
+            f"or evaluate it with evaluate_generations.py --model_path {out}/checkpoint-3") in alarm.line
+    # A run that already ends on it is told so; a best step that no checkpoint holds is told how to keep one
+    ending = HealthMonitor({"kind": "ppo"})
+    for step, accuracy in ((3, 0.31), (6, 0.05)):
+        alarms = ending.observe_evaluation(evaluation(step, accuracy), step, f"{out}/checkpoint-3", True)
+    assert f"the run ends on {out}/checkpoint-3 (--end_on_best_checkpoint)" in alarms[0].line
+    unsaved = HealthMonitor({"kind": "ppo"})
+    for step, accuracy in ((3, 0.31), (6, 0.2), (9, 0.05)):
+        alarms = unsaved.observe_evaluation(evaluation(step, accuracy), step, f"{out}/checkpoint-6")
+    assert "step 3 was saved in no checkpoint: give --save_steps equal to --eval_steps" in alarms[0].line
+    assert f"(the best saved one so far: {out}/checkpoint-6)" in alarms[0].line
+
+
+def test_a_rising_or_noisy_held_out_curve_is_no_alarm():
+    rising, noisy = HealthMonitor({"kind": "grpo"}), HealthMonitor({"kind": "grpo"})
+    for step, accuracy in enumerate((0.05, 0.1, 0.15, 0.2, 0.3, 0.35)):
+        assert rising.observe_evaluation(evaluation(step, accuracy), step) == []
+    for step, accuracy in enumerate((0.05, 0.25, 0.18, 0.3, 0.22, 0.16)):  # each within the best's 0.15-0.45
+        assert noisy.observe_evaluation(evaluation(step, accuracy), step) == []
+
+
+def test_the_win_rate_is_judged_without_the_verifier_and_a_resumed_run_keeps_its_evaluations():
+    def win_rate(step, value):
+        return {"eval/win_rate": value, "eval/win_rate_low": value - 0.25, "eval/win_rate_high": value + 0.25,
+                "step": step}
+
+    history = [win_rate(0, 0.5), {"reward": 1.0, "step": 1}, win_rate(2, 0.8), win_rate(4, 0.7)]
+    monitor = HealthMonitor({"kind": "grpo"})
+    monitor.replay(history)  # the logs before a resume, evaluations among them: nothing raised
+    expected = [(0, 0.5, 0.25), (2, 0.8, 0.55), (4, 0.7, 0.45)]
+    assert [list(each) for each in monitor.evaluations] == [pytest.approx(list(each)) for each in expected]
+    assert monitor.alarms == []
+    alarm, = monitor.observe(win_rate(6, 0.5), 6)  # an evaluation's entry, as the log history holds it
+    assert alarm.metric == "eval/win_rate" and "held-out win rate fell to 0.50, below the best evaluation's 95% " \
+        "interval (0.80 at step 2, lower bound 0.55)" in alarm.line
+
+
+def test_the_callback_reads_evaluations_from_the_log_history_and_says_the_alarm_once(capsys):
+    from transformers import TrainerControl, TrainerState
+
+    callback = health.health_callback({"kind": "ppo"})
+    written = []
+
+    class Reporter:  # a reporting callback (TensorBoard) after it
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            written.append((state.global_step, logs))
+
+    callback.reporters = [Reporter()]
+    state, args = TrainerState(), type("Args", (), {"end_on_best_checkpoint": False})()
+    for step, accuracy in ((0, 0.09), (3, 0.31), (6, 0.19), (9, 0.12), (10, 0.06)):
+        state.global_step = step
+        state.log_history += [{"loss": 1.0, "step": step}, evaluation(step, accuracy)]
+        callback.on_step_end(args, state, TrainerControl())
+    state.global_step = 11
+    state.log_history.append({"loss": 1.0, "step": 11})
+    log = {"loss": 1.0}
+    callback.on_log(args, state, TrainerControl(), logs=log)
+    callback.on_train_end(args, state, TrainerControl())
+    assert written == [(9, {"health/held_out_fell": 1.0})] and "health/held_out_fell" not in log
+    assert capsys.readouterr().out.count("health: held-out accuracy fell to 12.0%") == 1
 
 
 def read_report(folder):

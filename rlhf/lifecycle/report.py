@@ -113,7 +113,7 @@ class RunReport:
             "evaluations": evaluations(state.log_history),
             "best_checkpoint": state.best_model_checkpoint,
             "best_metric": state.best_metric,
-            "final_model": self.final_model,
+            **({"final_model": self.final_model} if self.final_model else {}),  # --end_on_best_checkpoint
         }
 
     def write(self, state, finished=False):
