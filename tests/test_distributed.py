@@ -96,11 +96,13 @@ def test_grpo_on_two_processes_splits_the_prompts_keeps_the_step_count_and_compl
 @pytest.fixture(scope="module")
 def ppo_on_two_processes(tiny_models, tmp_path_factory):
     """One PPO run on two processes that the tests below read: rollouts of 2 prompts, one in each process, 16 episodes
-    (8 rollouts), a checkpoint and a held-out evaluation every 2."""
+    (8 rollouts), a checkpoint and a held-out evaluation every 2, ending on the best checkpoint (the value model
+    stays the last step's)."""
     out = tmp_path_factory.mktemp("ppo_on_two_processes") / "ppo"
     result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "16",
                                                   "--per_device_train_batch_size", "1", "--save_steps", "2",
-                                                  "--eval_prompts", "2", "--max_samples", "24"),
+                                                  "--eval_prompts", "2", "--max_samples", "24",
+                                                  "--end_on_best_checkpoint"),
                         processes=2, timeout=300)
     assert_ok(result)
     return out
@@ -162,17 +164,26 @@ def test_held_out_evaluation_on_two_processes_finishes_with_one_best_checkpoint(
                                                                              ppo_on_two_processes):
     # The main process alone evaluates; its best checkpoint used to be known to it alone, and transformers'
     # `_save_checkpoint` then waited for the other process in a barrier that process never reached (a hang at the
-    # first checkpoint). GRPO: 4 steps, a checkpoint and an evaluation every 2; PPO: the run above.
+    # first checkpoint). GRPO: 4 steps, a checkpoint and an evaluation every 2; PPO: the run above. Both end on their
+    # best checkpoint, which every process loads alike (each process holds the main process's decision).
+    from safetensors.torch import load_file
+
     out = tmp_path / "run"
     result = run_script("train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "4", "--save_steps", "2",
-                                                    "--eval_prompts", "2", "--max_samples", "24"),
+                                                    "--eval_prompts", "2", "--max_samples", "24",
+                                                    "--end_on_best_checkpoint"),
                         processes=2, timeout=300)
     assert_ok(result)
+    assert result.stdout.count("Ended on the best checkpoint by the held-out evaluation, checkpoint-") == 1
     for run, checkpoints in ((out, {"checkpoint-2", "checkpoint-4"}),
                              (ppo_on_two_processes, {f"checkpoint-{step}" for step in (2, 4, 6, 8)})):
         report = json.loads((run / "run_report.json").read_text())
-        assert Path(report["best_checkpoint"]).name in checkpoints
-        assert Path(report["best_checkpoint"]).is_dir()
+        best = Path(report["best_checkpoint"])
+        assert best.name in checkpoints and best.is_dir()
+        assert report["final_model"]["checkpoint"] == str(best) and report["final_model"]["last_step"] == max(
+            int(name.split("-")[1]) for name in checkpoints)
+        final, kept = (load_file(folder / "model.safetensors") for folder in (run, best))
+        assert final.keys() == kept.keys() and all(torch.equal(final[name], kept[name]) for name in final)
 
 
 def test_ppo_with_lora_on_two_processes_trains_against_the_adapter_disabled_reference(tiny_models, tmp_path):
