@@ -281,7 +281,7 @@ SHARED_FIELDS = {
         "default": None,
         "metadata": {
             "help": "Where the held-out prompts come from, all rows of it (a file, folder or Hub dataset; its "
-            "--dataset_test_split, a file's only split), e.g. data/math_test.jsonl. Default: the rows of "
+            "--dataset_test_split, a file's only split), e.g. data/math_validation.jsonl. Default: the rows of "
             "--dataset_name after the first --max_samples."
         },
     },
