@@ -97,12 +97,13 @@ def test_grpo_on_two_processes_splits_the_prompts_keeps_the_step_count_and_compl
 def ppo_on_two_processes(tiny_models, tmp_path_factory):
     """One PPO run on two processes that the tests below read: rollouts of 2 prompts, one in each process, 16 episodes
     (8 rollouts), a checkpoint and a held-out evaluation every 2, ending on the best checkpoint (the value model
-    stays the last step's)."""
+    stays the last step's), with the math quickstart's value model (a plain baseline: lambda 1, a zero head,
+    advantages as GAE's; TRL's whitening over both processes: test_ppo_whitens_each_process_slice_...)."""
     out = tmp_path_factory.mktemp("ppo_on_two_processes") / "ppo"
     result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "16",
                                                   "--per_device_train_batch_size", "1", "--save_steps", "2",
                                                   "--eval_prompts", "2", "--max_samples", "24",
-                                                  "--end_on_best_checkpoint"),
+                                                  "--end_on_best_checkpoint", *quickstart.MATH_PPO_CRITIC),
                         processes=2, timeout=300)
     assert_ok(result)
     return out
@@ -118,8 +119,8 @@ def test_ppo_on_two_processes_counts_episodes_over_both_and_saves_policy_and_val
     assert run["launches"][-1]["processes"] == 2
     assert (run["global_step"], run["episode"]) == (8, 16)
     AutoModelForCausalLM.from_pretrained(out)
-    # The value model was trained (it starts as the reward model), and the checkpoint of the last step holds the
-    # same weights as the final save: both go through the gathered state dict.
+    # The value model was trained (it starts as the reward model, its head at 0), and the checkpoint of the last step
+    # holds the same weights as the final save: both go through the gathered state dict.
     paths = (tiny_models["reward_model"], out / "value_model", out / "checkpoint-8" / "value_model")
     load = AutoModelForSequenceClassification.from_pretrained
     start, final, checkpoint = (load(path).state_dict() for path in paths)
@@ -138,23 +139,6 @@ def test_ppo_on_two_processes_judges_a_rollout_without_signal_on_both_processes_
     # scores differ from completion to completion: every rollout has signal.
     logged = scalars(out)
     assert [value for _, value in logged["train/objective/advantages_zeroed"]] == [0.0] * 8
-    assert all(value != 0 for _, value in logged["train/loss/policy_avg"])
-    start, final = (AutoModelForCausalLM.from_pretrained(path).state_dict() for path in (tiny_models["policy"], out))
-    assert any(not torch.equal(start[name], final[name]) for name in start)
-
-
-def test_ppo_on_two_processes_with_the_math_quickstarts_critic_judges_a_rollout_on_both_processes_completions(
-        tiny_models, tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    out = tmp_path / "ppo"
-    # As above, with the math quickstart's value model (a plain baseline: lambda 1, a zero head, advantages as GAE's).
-    result = run_script("train_ppo.py", *ppo_args(tiny_models, out, "--total_episodes", "4",
-                                                  "--per_device_train_batch_size", "1", *quickstart.MATH_PPO_CRITIC),
-                        processes=2)
-    assert_ok(result)
-    logged = scalars(out)
-    assert [value for _, value in logged["train/objective/advantages_zeroed"]] == [0.0, 0.0]
     assert all(value != 0 for _, value in logged["train/loss/policy_avg"])
     start, final = (AutoModelForCausalLM.from_pretrained(path).state_dict() for path in (tiny_models["policy"], out))
     assert any(not torch.equal(start[name], final[name]) for name in start)
