@@ -1,5 +1,6 @@
 """`train_grpo.py` run end to end as a subprocess on tiny local models, as a user would run it."""
 
+import itertools
 import json
 import shutil
 
@@ -178,6 +179,13 @@ def test_target_kl_moves_beta_toward_the_kl_asked_for_and_a_continued_run_keeps_
     continued = run_in_process("train_grpo.py", *grpo_args(tiny_models, out, *fast, "--max_steps", "6"))
     assert_ok(continued)
     assert logged_beta(out)[4] == pytest.approx(beta[3] * 1.2)
+    # The completion tokens generated (a generation of 4 completions at each step, every one logged): their count
+    # grows by 4 x the step's mean length, counted on from the checkpoint by the continued run.
+    logged = scalars(out)
+    steps, tokens = zip(*logged["train/num_completion_tokens"])
+    lengths = dict(logged["train/completions/mean_length"])
+    assert steps == (1, 2, 3, 4, 5, 6)
+    assert list(tokens) == list(itertools.accumulate(4 * lengths[step] for step in steps))
     # quietly: the tiny policy ties its embeddings, so its checkpoint has no LM head, on purpose (transformers warned
     # "There were missing keys in the checkpoint model loaded: ['lm_head.weight']")
     assert "missing keys" not in continued.stdout + continued.stderr

@@ -61,6 +61,8 @@ class ResumableGeneration:
     """A mixin for TRL's online trainers (GRPO, RLOO), put first among the bases: checkpoints hold the generation
     being trained on, resume puts it back, and each pass over the prompts draws its uninterrupted run's order."""
 
+    num_completion_tokens = 0  # completion tokens generated in training so far, every process's (GRPO counts them)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.train_sampler = None  # built by train()
@@ -75,7 +77,8 @@ class ResumableGeneration:
 
         checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         checkpoint.mkdir(parents=True, exist_ok=True)
-        state = {"step": self._step, "buffered_inputs": self._buffered_inputs, "beta": self.beta}
+        state = {"step": self._step, "buffered_inputs": self._buffered_inputs, "beta": self.beta,
+                 "num_completion_tokens": self.num_completion_tokens}
         torch.save(state, checkpoint / generation_state_file(self.args.process_index))
         self.accelerator.wait_for_everyone()
         super()._save_checkpoint(model, trial)
@@ -102,6 +105,7 @@ class ResumableGeneration:
         self._step = state["step"]
         self._buffered_inputs = send_to_device(state["buffered_inputs"], self.accelerator.device)
         self.beta = state.get("beta", self.beta)  # adapted by --target_kl (not in checkpoints of earlier versions)
+        self.num_completion_tokens = state.get("num_completion_tokens", 0)  # nor this count (0: counted afresh)
 
     def _issue_warnings_after_load(self, load_result):
         """transformers (5.23: trainer.py `Trainer._issue_warnings_after_load`, called when a checkpoint's weights
@@ -167,6 +171,22 @@ class ResumableGRPOTrainer(ResumableGeneration, DynamicSampling, GRPOTrainer):
     def train(self, *args, **kwargs):
         with cpu_vocabulary_tile(self.accelerator.device):
             return super().train(*args, **kwargs)
+
+    def _generate(self, prompts):
+        """TRL's generation, counting the completion tokens generated in training, every process's and every round of
+        dynamic sampling's: logged as `num_completion_tokens` beside TRL's `num_tokens` (prompt and completion
+        tokens), as TRL logs that one (trl/trainer/grpo_trainer.py 1.16.0: 2274-2293, which counts a completion's
+        model tokens where a tool mask is given), and kept in each checkpoint."""
+        import torch
+
+        result = super()._generate(prompts)
+        if self.model.training:
+            completion_ids, tool_mask = result[1], result[2]  # (prompt_ids, completion_ids, tool_mask, ...)
+            tokens = sum(map(sum, tool_mask)) if tool_mask is not None else sum(map(len, completion_ids))
+            tokens = self.accelerator.gather(torch.tensor([tokens], device=self.accelerator.device)).sum().item()
+            self.num_completion_tokens += tokens
+            self._metrics["train"]["num_completion_tokens"] = [self.num_completion_tokens]
+        return result
 
     def log(self, logs, *args, **kwargs):
         """A training step's logs get `beta`, the KL coefficient that step trained with; with `--target_kl`, the
