@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import quickstart  # noqa: E402  (the quickstart's settings are the arms' starting point)
-from rlhf.bundled import MATH_TEST, MATH_TRAIN, PREFERENCES  # noqa: E402
+from rlhf.bundled import MATH_TEST, MATH_TRAIN, MATH_VALIDATION, PREFERENCES, PREFERENCES_VALIDATION  # noqa: E402
 from rlhf.evaluation.metrics import (  # noqa: E402
     at_step,
     completions_per_step,
@@ -208,7 +208,7 @@ def stage_commands(args, out):
     if args.task == "math":
         rewards = [*quickstart.MATH_REWARDS, "--system_prompt", quickstart.MATH_SYSTEM_PROMPT]
         common = ["--model_name_or_path", base, "--dataset_name", MATH_TRAIN, "--max_samples", 0, *rewards, *seed,
-                  *held_out, "--eval_dataset_name", MATH_TEST]
+                  *held_out, "--eval_dataset_name", MATH_VALIDATION]  # as the quickstart: apart from the test set
         data = ["--dataset_name", MATH_TEST, "--train_samples", 0, *rewards]
     else:
         reward = out / "reward_model"
@@ -216,7 +216,8 @@ def stage_commands(args, out):
                      quickstart.PREFERENCE_TRAIN_ROWS, *seed]
         if not (reward / "config.json").exists():
             run(["train_reward_model.py", *rm_common, "--output_dir", reward, *settings["reward"]])
-        common = [*rm_common, "--reward_model_name_or_path", reward, *held_out]
+        common = [*rm_common, "--reward_model_name_or_path", reward, *held_out, "--eval_dataset_name",
+                  PREFERENCES_VALIDATION]
         data = ["--reward_model_name_or_path", reward, "--dataset_name", PREFERENCES, "--train_samples",
                 quickstart.PREFERENCE_TRAIN_ROWS]
     return base, settings, common, data
@@ -279,7 +280,23 @@ def main(argv=None):
               "order": [spec.partition("=")[0] for spec in order], "arms": arms,
               "evaluation": json.loads(evaluation.read_text())}
     (out / "arms.json").write_text(json.dumps(result, indent=2) + "\n")
+    for name, arm in arms.items():
+        prune(out / name, Path(arm["model"]))
     print(json.dumps(arms, indent=2))
+
+
+def prune(folder, evaluated):
+    """Once evaluated, an arm keeps its logs, its final model and the evaluated checkpoint's weights: its other
+    checkpoints and every optimizer state go (SmolLM2's GRPO checkpoint is 1.6 GB, most of it AdamW's state; an arm
+    saves one every --save_steps)."""
+    import shutil
+
+    for checkpoint in Path(folder).glob("checkpoint-*"):
+        if checkpoint != evaluated:
+            shutil.rmtree(checkpoint)
+            continue
+        for state in [*checkpoint.rglob("optimizer*.pt"), *checkpoint.rglob("global_step*")]:
+            shutil.rmtree(state) if state.is_dir() else state.unlink()
 
 
 if __name__ == "__main__":

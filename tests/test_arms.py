@@ -45,6 +45,19 @@ def test_an_arm_is_evaluated_at_its_last_checkpoint_saved_within_the_budget(run)
     assert arms.within_budget(run, STARTED, 30, stopped=True) == (run / "checkpoint-4", 20)
 
 
+def test_an_evaluated_arm_keeps_the_evaluated_weights_and_no_optimizer_state(run):
+    evaluated = run / "checkpoint-4"
+    for folder in (evaluated, evaluated / "value_model"):
+        folder.mkdir(exist_ok=True)
+        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "optimizer.pt").write_bytes(b"AdamW")
+    (evaluated / "global_step4").mkdir()  # DeepSpeed's optimizer shards
+    arms.prune(run, evaluated)
+    assert sorted(path.name for path in run.iterdir()) == ["checkpoint-4"]
+    kept = sorted(str(path.relative_to(evaluated)) for path in evaluated.rglob("*"))
+    assert kept == ["model.safetensors", "trainer_state.json", "value_model", "value_model/model.safetensors"]
+
+
 def test_arms_alternate_by_seed():
     given = ["a=", "b=--beta 0", "c=--lr 1"]
     assert arms.arm_order(given, 4) == given
