@@ -56,6 +56,17 @@ def test_each_alarm_is_raised_once_with_one_line_naming_metric_threshold_step_an
         "step": 3, "advice": "raise --max_completion_length or --missing_eos_penalty", "line": None}
 
 
+def test_with_dynamic_sampling_the_cut_off_share_is_of_every_completion_drawn():
+    # Groups whose completions were all cut off got one reward and were discarded: the groups trained on were cut off
+    # 10% of the time, the completions the policy generated 90%.
+    monitor = HealthMonitor({"kind": "grpo", "max_completion_length": 3})
+    drawn = logs(completions__clipped_ratio=0.1, dynamic_sampling__drawn_clipped_ratio=0.9,
+                 dynamic_sampling__groups_drawn=8.0, dynamic_sampling__groups_one_reward=4.0)
+    raised = [monitor.observe(drawn, step) for step in range(1, 4)]
+    assert [[alarm.name for alarm in alarms] for alarms in raised] == [[], [], ["completions_cut_off"]]
+    assert raised[2][0].line.startswith("health: 90% of completions hit --max_completion_length 3 without EOS")
+
+
 def test_a_cut_off_share_that_falls_is_a_run_learning_to_end_its_completions_until_it_stops_falling():
     # The reward-model quickstart's PPO (seed 42): cut off at first, then learning to end within 64 tokens.
     monitor = HealthMonitor({"kind": "ppo", "max_completion_length": 64})

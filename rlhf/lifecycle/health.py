@@ -88,6 +88,11 @@ GAMED_NOISE = 2.0
 # math quickstart's PPO (16 prompts x 2, seed 42) went 9% -> 31% at rollout 3, then 19%, 12%, 6% by rollout 10, and
 # ended on its last policy.
 HELD_OUT_METRICS = ("eval/accuracy", "eval/win_rate")
+# Under GRPO's --use_dynamic_sampling, TRL's names describe the groups trained on, which leave out the groups of one
+# reward (every completion cut off, say); what the policy generates, every group drawn, is logged under these. The
+# alarms on what it generates (cut off, the reward rising with length) read them where they are logged.
+DRAWN = {"completions/clipped_ratio": "dynamic_sampling/drawn_clipped_ratio",
+         "reward": "dynamic_sampling/drawn_reward", "completions/mean_length": "dynamic_sampling/drawn_mean_length"}
 # Reward model: held-out pairwise accuracy at or below this is near chance (0.5). Measured: the reward-model
 # quickstart reaches 1.00 on 40 held-out pairs (seeds 1-3, docs/results.md).
 REWARD_ACCURACY_MIN = 0.6
@@ -230,7 +235,7 @@ class HealthMonitor:
             return False
 
         for key in ("completions/clipped_ratio", "frac_reward_zero_std", "reward", "objective/scores",
-                    "completions/mean_length"):
+                    "completions/mean_length", *DRAWN.values()):
             add(key, logs.get(key))
         per_function = {key: value for key, value in logs.items()
                         if reward_function(key) is not None and isinstance(value, (int, float))}
@@ -301,9 +306,13 @@ class HealthMonitor:
             self.observe(entry, entry.get("step", 0))
         self.raised, self.alarms = raised, alarms
 
+    def _generated(self, key):
+        """The series of `key` over what the policy generated: under dynamic sampling, every group drawn (`DRAWN`)."""
+        return self.series.get(DRAWN[key]) or self.series.get(key, [])
+
     def _check(self, step, new_kl, new_entropy):
         s, flags = self.series, self.flags
-        clipped = s.get("completions/clipped_ratio", [])
+        clipped = self._generated("completions/clipped_ratio")
         if sustained(clipped, CUT_OFF_RATIO, WINDOW) and clipped[-WINDOW] - clipped[-1] < CUT_OFF_FALL:
             length = flags.get("max_completion_length")
             yield self._alarm(
@@ -376,9 +385,10 @@ class HealthMonitor:
                 f"reward function {function} {moved} since the run began while {riser} {rose}: the "
                 "policy may be earning the reward without doing what it measures", logs=1,
             )
-        r = length_hacking(reward, s.get("completions/mean_length", []))
+        generated, length = self._generated("reward") or s.get("objective/scores", []), self._generated(
+            "completions/mean_length")
+        r = length_hacking(generated, length)
         if r is not None:
-            length = s["completions/mean_length"]
             yield self._alarm(
                 "reward_hacking_length", "correlation(reward, completions/mean_length)", r, LENGTH_CORRELATION, step,
                 "check completions by hand (--log_completions); lower --max_completion_length or add a length "
