@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 from rlhf import flags
+from rlhf.batches import grpo_flags, ppo_flags
 from rlhf.errors import INTERRUPTED_EXIT_CODE, USER_ERROR_EXIT_CODE, NothingToDo, UserError
 from rlhf.flags import OneLineErrors
 from rlhf.flags import finite_float as _finite_float
 from rlhf.lifecycle.lock import release_locks
 from rlhf.lifecycle.signals import Ending, abort, handle_stop_signals, restore
-from rlhf.processes import is_main_process
+from rlhf.processes import is_main_process, launched_processes
 from rlhf.spellings import TRANSLATED_FLAGS, did_you_mean, translate_flags
 
 __all__ = ["USER_ERROR_EXIT_CODE", "UserError", "exit_on_user_error", "parse_args"]
@@ -68,6 +69,7 @@ class Parser:
         from rlhf.trl_compat import TrlParser, check_trl_version, parser_actions
 
         check_trl_version()  # before any flag is read: every script relies on the pinned release
+        self.dataclass_types = tuple(dataclass_types)
 
         class _Parser(OneLineErrors, TrlParser):  # argparse would print the usage and exit: one line instead
             pass
@@ -93,7 +95,7 @@ class Parser:
             for key, value in (config.pop("env", None) or {}).items():  # TRL's `env:` section: environment variables
                 os.environ[key] = str(value)
             machine_notes = self._machine(values)
-            notes = _settle(values) + machine_notes
+            notes = _settle(values, self.dataclass_types) + machine_notes
             configs = self.parser.parse_dict(vars(values))  # each config checks its own fields (raises ValueError)
         except ValueError as error:  # raised by HfArgumentParser, rlhf.batches and the configs' __post_init__ checks
             raise UserError(str(error).splitlines()[0]) from None
@@ -138,50 +140,92 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "l
                "use_dora")
 
 
-def _settle(values):
+def _settle(values, dataclass_types):
     """What the package settles from the flags before the configs are built, set on the parsed `values`, and the
-    note lines that say so or that a flag does nothing here: [(field, line, said always)]. The configs only check
-    their own fields; what needs the launch (the process count) is read here. The batches of GRPO and PPO in TRL's
-    terms come from `rlhf.batches` (TRL's GRPOConfig derives its generation batch from them as it is built)."""
-    from rlhf.batches import grpo_flags, ppo_flags
-    from rlhf.processes import launched_processes
+    note lines that say so or that a flag does nothing here: [(field, line, said always)]. Each config class names
+    its steps (`_settled`, keys of `SETTLE`), run in the order of the classes and of their names. The configs only
+    check their own fields; what needs the launch (the process count) is read here. The batches of GRPO and PPO in
+    TRL's terms come from `rlhf.batches` (TRL's GRPOConfig derives its generation batch from them as it is built)."""
+    steps = dict.fromkeys(step for cls in dataclass_types for step in getattr(cls, "_settled", ()))
+    return [note for step in steps for note in SETTLE[step](values)]
 
-    notes = []
-    if hasattr(values, "use_peft") and not values.use_peft:  # said where the user gave one of them
-        line = ("note: the LoRA settings given (--lora_r, --lora_alpha, ...) do nothing without --use_peft: all "
-                "weights train; add --use_peft (or use_peft: true) to train a LoRA adapter")
-        notes += [(name, line, False) for name in LORA_FIELDS]
-    if hasattr(values, "reward_funcs") and "reward_model" not in values.reward_funcs:  # trl grpo would score with
-        # the model as well: say it is not
-        notes.append(("reward_model_name_or_path", f"note: --reward_model_name_or_path "
-                      f"{values.reward_model_name_or_path} is not used: --reward_funcs has no reward_model (add it to "
-                      "score with the model too)", False))
-    if hasattr(values, "eval_prompts") and not values.eval_prompts:  # the held-out evaluation is off
-        notes += [(name, f"note: --{name} does nothing without --eval_prompts N: the held-out evaluation is off "
-                   "(--eval_prompts 0)", False) for name in ("eval_steps", "eval_completions", "eval_dataset_name")]
-    elif hasattr(values, "eval_samples") and hasattr(values, "eval_steps"):  # the reward model
-        notes.append(("eval_steps", "note: --eval_steps does nothing in train_reward_model.py: the held-out pairs "
-                      "(--eval_samples) are scored once, after training", False))
-    if hasattr(values, "use_dynamic_sampling") and not values.use_dynamic_sampling:  # GRPO
-        notes += [(name, f"note: --{name} does nothing without --use_dynamic_sampling: every group drawn is trained "
-                   "on", False) for name in ("dynamic_sampling_max_gen_batches", "dynamic_sampling_tolerance")]
-    changes, lines = [], []
-    if hasattr(values, "prompts_per_step"):  # GRPO
-        changes, lines = grpo_flags(values, launched_processes())
-    elif hasattr(values, "prompts_per_rollout"):  # PPO
-        changes, lines = ppo_flags(values, launched_processes())
-    notes += [(None, line, True) for line in lines]
-    notes += _set(values, [(name, value, why, False) for name, value, why in changes])
-    if (str(getattr(values, "stop_token", "eos")).lower() == "none" and values.stop_token_id is None
-            and values.missing_eos_penalty is not None):  # PPO: the penalty would lower every score alike
-        why = ("--stop_token none without --stop_token_id: completions run to --max_completion_length, none can end "
-               "before it")
-        notes += _set(values, [("missing_eos_penalty", None, why, True)])
-    if getattr(values, "eval_prompts", 0) and values.save_total_limit == 1:  # transformers keeps the best besides the
-        # newest, and at the end of training deletes every other checkpoint, the newest included, which resuming needs
-        why = "the best checkpoint by the held-out metric is kept besides the newest, which resuming needs"
-        notes += _set(values, [("save_total_limit", 2, why, False)])
-    return notes
+
+def _lora_without_peft(values):
+    if values.use_peft:
+        return []
+    line = ("note: the LoRA settings given (--lora_r, --lora_alpha, ...) do nothing without --use_peft: all weights "
+            "train; add --use_peft (or use_peft: true) to train a LoRA adapter")
+    return [(name, line, False) for name in LORA_FIELDS]  # said where the user gave one of them
+
+
+def _reward_model_unused(values):
+    if "reward_model" in values.reward_funcs:
+        return []
+    return [("reward_model_name_or_path", f"note: --reward_model_name_or_path {values.reward_model_name_or_path} "
+             "is not used: --reward_funcs has no reward_model (add it to score with the model too)", False)]
+
+
+def _held_out_off(values):
+    if values.eval_prompts:
+        return []
+    return [(name, f"note: --{name} does nothing without --eval_prompts N: the held-out evaluation is off "
+             "(--eval_prompts 0)", False) for name in ("eval_steps", "eval_completions", "eval_dataset_name")]
+
+
+def _reward_model_eval_steps(values):
+    return [("eval_steps", "note: --eval_steps does nothing in train_reward_model.py: the held-out pairs "
+             "(--eval_samples) are scored once, after training", False)]
+
+
+def _dynamic_sampling_off(values):
+    if values.use_dynamic_sampling:
+        return []
+    return [(name, f"note: --{name} does nothing without --use_dynamic_sampling: every group drawn is trained on",
+             False) for name in ("dynamic_sampling_max_gen_batches", "dynamic_sampling_tolerance")]
+
+
+def _batches(translate):
+    """The step of a batch translation (`rlhf.batches.grpo_flags` or `ppo_flags`): its lines, then its changes."""
+
+    def settle(values):
+        changes, lines = translate(values, launched_processes())
+        return [(None, line, True) for line in lines] + _set(values, [(*change, False) for change in changes])
+
+    return settle
+
+
+def _stop_token_none(values):
+    """PPO: without a stop token the penalty of a cut-off completion would lower every score alike."""
+    if str(values.stop_token).lower() != "none" or values.stop_token_id is not None \
+            or values.missing_eos_penalty is None:
+        return []
+    why = ("--stop_token none without --stop_token_id: completions run to --max_completion_length, none can end "
+           "before it")
+    return _set(values, [("missing_eos_penalty", None, why, True)])
+
+
+def _best_checkpoint_kept(values):
+    """transformers keeps the best checkpoint besides the newest, and at the end of training deletes every other
+    checkpoint, the newest included, which resuming needs."""
+    if not values.eval_prompts or values.save_total_limit != 1:
+        return []
+    why = "the best checkpoint by the held-out metric is kept besides the newest, which resuming needs"
+    return _set(values, [("save_total_limit", 2, why, False)])
+
+
+# What the parser may settle, by the name a config class gives in its `_settled`: each a function of the parsed
+# values that sets what it settles on them and returns its note lines [(field, line, said always)].
+SETTLE = {
+    "lora_without_peft": _lora_without_peft,
+    "reward_model_unused": _reward_model_unused,
+    "held_out_off": _held_out_off,
+    "reward_model_eval_steps": _reward_model_eval_steps,
+    "dynamic_sampling_off": _dynamic_sampling_off,
+    "grpo_batches": _batches(grpo_flags),
+    "ppo_batches": _batches(ppo_flags),
+    "stop_token_none": _stop_token_none,
+    "best_checkpoint_kept": _best_checkpoint_kept,
+}
 
 
 def _set(values, changes):

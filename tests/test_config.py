@@ -787,3 +787,17 @@ def test_dynamic_sampling_flags_are_checked_and_said_to_do_nothing_without_it(ca
     parse_args(GRPO_TYPES, ["--dynamic_sampling_max_gen_batches", "4"])
     assert capsys.readouterr().out == ("note: --dynamic_sampling_max_gen_batches does nothing without "
                                        "--use_dynamic_sampling: every group drawn is trained on\n")
+
+
+def test_each_config_names_steps_the_parser_settles_and_each_step_is_named():
+    """What the parser settles (`rlhf.cli._settle`) is what the parsed config classes name in `_settled`, never a guess
+    from which fields the parsed values have: each name is a step of `rlhf.cli.SETTLE`, and each step is named."""
+    import dataclasses
+
+    import config
+    from rlhf.cli import SETTLE
+
+    named = {step for cls in vars(config).values() if isinstance(cls, type) and dataclasses.is_dataclass(cls)
+             for step in getattr(cls, "_settled", ())}
+    assert named == set(SETTLE)
+    assert config.PPOModelArguments._settled == config.ModelArguments._settled  # the same LoRA note

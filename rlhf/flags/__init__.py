@@ -22,8 +22,8 @@ ROOT = FOLDER.parents[1]
 SCRIPTS = ("train_grpo", "train_ppo", "train_reward_model", "evaluate_generations", "plot_training_progress")
 LIBRARIES = ("trl", "transformers", "peft", "accelerate", "torch")  # torch: transformers' default --optim reads it
 # The files a script's flags and help come from, besides the script itself (its docstring is the help's top).
-SOURCES = ("config.py", "rlhf/cli.py", "rlhf/spellings.py", "rlhf/batches.py", "rlhf/models.py",
-           "rlhf/flags/__init__.py")
+SOURCES = ("config.py", "rlhf/fields/shared.py", "rlhf/cli.py", "rlhf/spellings.py", "rlhf/batches.py",
+           "rlhf/models.py", "rlhf/flags/__init__.py")
 HELP_COLUMNS = 120  # the width the stored --help is written at
 
 
