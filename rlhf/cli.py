@@ -42,7 +42,8 @@ HELP_GROUPS = {
                      "total_episodes", "beta", "epsilon", "num_ppo_epochs", "kl_coef", "target_kl", "kl_horizon",
                      "gamma", "lam", "value_lam", "critic_warmup", "cliprange", "bf16", "tf32",
                      "gradient_checkpointing", "seed"),
-    "Held-out evaluation": ("eval_prompts", "eval_steps", "eval_completions", "eval_dataset_name"),
+    "Held-out evaluation": ("eval_prompts", "eval_steps", "eval_completions", "eval_dataset_name",
+                            "end_on_best_checkpoint"),
     "Output": ("output_dir", "output_file", "log_dir", "output", "csv", "smoothing", "extra", "logging_steps",
                "save_steps", "save_total_limit", "report_to", "resume_from_checkpoint"),
 }

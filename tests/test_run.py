@@ -299,6 +299,26 @@ def test_speed_and_memory_settings_may_change_on_resume_and_the_maths_may_not(tm
         prepare_output_dir(tmp_path, [Memory(True, None, 1e-3)])
 
 
+def test_ending_on_the_best_checkpoint_may_be_turned_on_or_off_when_a_run_resumes(tmp_path):
+    """--end_on_best_checkpoint picks which checkpoint's weights the final model gets once training ends: what is
+    learned is the same, so an interrupted run resumes with it turned on or off (the maths may not change)."""
+    from dataclasses import make_dataclass
+
+    HeldOut = make_dataclass("HeldOut", [("eval_prompts", int, 8), ("end_on_best_checkpoint", bool, False),
+                                         ("learning_rate", float, 1e-5)])
+    record_launch(tmp_path, "train_grpo.py", [HeldOut()])
+    make_checkpoint(tmp_path, 3)
+    launch = prepare_output_dir(tmp_path, [HeldOut(end_on_best_checkpoint=True)])
+    assert launch.checkpoint.name == "checkpoint-3" and launch.changes == {"end_on_best_checkpoint": [False, True]}
+    record_launch(tmp_path, "train_grpo.py", [HeldOut(end_on_best_checkpoint=True)], launch)
+    release_locks()
+    launch = prepare_output_dir(tmp_path, [HeldOut()])  # and off again
+    assert launch.checkpoint.name == "checkpoint-3" and launch.changes == {"end_on_best_checkpoint": [True, False]}
+    release_locks()
+    with pytest.raises(UserError, match="--learning_rate"):
+        prepare_output_dir(tmp_path, [HeldOut(end_on_best_checkpoint=True, learning_rate=1e-3)])
+
+
 def test_a_checkpoint_without_optimizer_state_is_refused(tmp_path):
     record_launch(tmp_path, "train_grpo.py", [Settings()])
     checkpoint = make_checkpoint(tmp_path, 3, optimizer=False)  # --save_only_model

@@ -46,6 +46,7 @@ MAY_CHANGE = (
     # speed and memory: the same maths (recomputed activations; PPO's rollout generated in other chunks, other draws)
     "gradient_checkpointing", "local_rollout_forward_batch_size",
     "eval_prompts", "eval_completions", "eval_dataset_name", "eval_steps",  # held-out evaluation: measures only
+    "end_on_best_checkpoint",  # which checkpoint's weights the final model gets at the end, not what is learned
 )
 
 
