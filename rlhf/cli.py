@@ -160,6 +160,7 @@ def _lora_without_peft(values):
 
 
 def _reward_model_unused(values):
+    """`trl grpo` would score with the reward model as well: say that this package does not."""
     if "reward_model" in values.reward_funcs:
         return []
     return [("reward_model_name_or_path", f"note: --reward_model_name_or_path {values.reward_model_name_or_path} "
@@ -197,8 +198,8 @@ def _batches(translate):
 
 def _stop_token_none(values):
     """PPO: without a stop token the penalty of a cut-off completion would lower every score alike."""
-    if str(values.stop_token).lower() != "none" or values.stop_token_id is not None \
-            or values.missing_eos_penalty is None:
+    if (str(values.stop_token).lower() != "none" or values.stop_token_id is not None
+            or values.missing_eos_penalty is None):
         return []
     why = ("--stop_token none without --stop_token_id: completions run to --max_completion_length, none can end "
            "before it")
