@@ -52,7 +52,12 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: a file keeps its order
     for item in items:  # a module-scoped fixture (a shared run) runs once per worker that takes one of its tests
         fixtures = getattr(item, "_fixtureinfo", None)
-        if fixtures and any(d.scope == "module" for defs in fixtures.name2fixturedefs.values() for d in defs):
+        if fixtures is None:
+            continue
+        shared = SHARED_RUNS.intersection(fixtures.name2fixturedefs)
+        if shared:  # a session's shared run, read by tests of several files
+            item.add_marker(pytest.mark.xdist_group(min(shared)))
+        elif any(d.scope == "module" for defs in fixtures.name2fixturedefs.values() for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
@@ -82,6 +87,22 @@ def tiny_models(tmp_path_factory):
     other_tokenizer = tiny.build_tokenizer(vocab_size=300, seed=7)
     artifacts["other_reward_model"] = tiny.build_reward_model(root / "other_reward_model", other_tokenizer)
     return artifacts
+
+
+# Session-scoped runs that tests of several files assert on: their tests go to one worker, which runs them once.
+SHARED_RUNS = {"tiny_quickstarts"}
+
+
+@pytest.fixture(scope="session")
+def tiny_quickstarts(tmp_path_factory):
+    """Both tiny quickstarts at seed 42, run once as `bench/gpu_check.py --model tiny --seeds 42 --work_dir WORK`
+    runs them (`quickstart.py --task T --seed 42 --output_dir WORK/quickstart_T_seed42 --tiny`): tests/
+    test_quickstart.py asserts on what they did and said, and the GPU check's test finds them finished in WORK, with
+    nothing left to do. {"work": WORK, "rm": the run (CompletedProcess), "math": the run}."""
+    work = tmp_path_factory.mktemp("quickstarts")
+    runs = {task: run_script("quickstart.py", "--task", task, "--seed", "42", "--output_dir",
+                             work / f"quickstart_{task}_seed42", "--tiny") for task in ("rm", "math")}
+    return {"work": work, **runs}
 
 
 @pytest.fixture(scope="session")

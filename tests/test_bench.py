@@ -5,6 +5,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 
 import pytest
@@ -145,16 +146,16 @@ def test_benchmark_reports_each_run_and_the_ratio_to_trl_grpo(tmp_path):
     assert re.search(r"^grpo +[\d.]+ +4 +2 ", result.stdout, flags=re.MULTILINE)  # the table's row
 
 
-@pytest.mark.slow
-def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(tmp_path):
+def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(tmp_path, monkeypatch, capsys):
     from rlhf.batches import GPU_PROMPTS_PER_GENERATION
 
-    result = run_script("bench/benchmark.py", "--suite", "gpu", "--dry_run",
-                        env={"CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "no GPU here" in result.stdout
+    no_cuda(monkeypatch)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a temporary work folder would go
+    benchmark.main(["--suite", "gpu", "--dry_run"])
+    stdout = capsys.readouterr().out
+    assert "no GPU here" in stdout
     commands = {}
-    for block in result.stdout.split("\n\n")[1:]:
+    for block in stdout.split("\n\n")[1:]:
         head, counts, command = block.strip().splitlines()
         commands[head.split(":")[0]] = (counts.strip(), command.split())
     assert list(commands) == benchmark.SUITES["gpu"]["runs"]
@@ -165,9 +166,8 @@ def test_a_dry_run_of_the_gpu_suite_prints_a_gpus_plan_on_a_machine_without_one(
     assert commands["trl_grpo"][0].startswith("2 warm-up + 5 measured")
     assert flags_after(commands["trl_grpo"][1], "--max_steps") == ["7"]
     # A GPU's PPO rollout is 64 prompts, generated 16 or 64 at a time: one rollout of warm-up, one measured
-    result = run_script("bench/benchmark.py", "--suite", "gpu_ppo", "--dry_run",
-                        env={"CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)})
-    blocks = [block.strip().splitlines() for block in result.stdout.split("\n\n")[1:]]
+    benchmark.main(["--suite", "gpu_ppo", "--dry_run"])
+    blocks = [block.strip().splitlines() for block in capsys.readouterr().out.split("\n\n")[1:]]
     commands = {head.split(":")[0]: command.split() for head, _, command in blocks}
     assert list(commands) == ["ppo_chunk16", "ppo_chunk64"]
     for chunk in (16, 64):
@@ -329,13 +329,16 @@ def test_a_run_past_its_deadline_is_stopped_with_everything_it_started(tmp_path,
 
 
 @pytest.mark.slow
-def test_the_gpu_check_on_tiny_models_writes_each_parts_figures_and_keeps_what_a_cut_part_measured(tmp_path):
+def test_the_gpu_check_on_tiny_models_writes_each_parts_figures_and_keeps_what_a_cut_part_measured(
+        tmp_path, tiny_quickstarts):
     out = tmp_path / "out"
-    # --steps 1000: the timed runs would take minutes; their parts' budgets stop the first run of each part mid-way
-    # (100 tiny GRPO steps ended inside a 40 s budget once the cores were warm).
+    # The quickstarts it starts are the session's, finished in its --work_dir (nothing left to do: what they trained
+    # is tests/test_quickstart.py's to check). --steps 1000: the timed runs would take minutes; their parts' budgets
+    # stop the first run of each part mid-way (100 tiny GRPO steps ended inside a 40 s budget once the cores were
+    # warm).
     result = run_script("bench/gpu_check.py", "--allow_cpu", "--model", "tiny", "--seeds", "42", "--steps", "1000",
-                        "--max_completion_length", "8", "--part_budget", "grpo_vs_trl=40", "ppo_chunks=40", "--out",
-                        out, "--work_dir", tmp_path / "work", timeout=900)
+                        "--max_completion_length", "8", "--part_budget", "grpo_vs_trl=30", "ppo_chunks=30", "--out",
+                        out, "--work_dir", tiny_quickstarts["work"], timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
     markdown = (out / "gpu_check.md").read_text()
@@ -359,7 +362,7 @@ def test_the_gpu_check_on_tiny_models_writes_each_parts_figures_and_keeps_what_a
     for name, first, rest in (("grpo_vs_trl", "grpo_trl_settings", 3), ("ppo_chunks", "ppo_chunk16", 1)):
         part = report["parts"][name]
         assert part["status"] == f"cut short at its budget: 0 of {rest + 1} runs finished"
-        assert part["wall_s"] <= 40 + gpu_check.STOP_GRACE_S + 5 and part["ratio"] is None
+        assert part["wall_s"] <= 30 + gpu_check.STOP_GRACE_S + 5 and part["ratio"] is None
         stopped = next(r for r in part["results"] if r.get("stopped"))
         after = part["results"][part["results"].index(stopped) + 1:]
         # What the stopped run measured is kept: its time over the whole cycles it logged, and its peak memory.

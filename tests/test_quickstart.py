@@ -15,12 +15,11 @@ from rlhf.evaluation.report import win_interval
 
 
 @pytest.mark.slow
-def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
-    result = run_script("quickstart.py", "--tiny", cwd=tmp_path)
+def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path, tiny_quickstarts):
+    # `quickstart.py --tiny --task rm --seed 42 --output_dir OUT`, run once for this test and the GPU check's
+    result = tiny_quickstarts["rm"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    # Its own folder: the real quickstart's quickstart_output/rm_seed42 would refuse runs of the tiny models.
-    out = tmp_path / "quickstart_output" / "tiny_rm_seed42"
-    assert [path.name for path in (tmp_path / "quickstart_output").iterdir()] == [out.name]
+    out = tiny_quickstarts["work"] / "quickstart_rm_seed42"
     for stage in ("reward model", "GRPO", "PPO", "evaluation", "plots", "summary"):
         assert f"=== {stage} ===" in result.stdout
     # It says what tiny models give, prints whole model names, and ends with what to run next.
@@ -98,6 +97,11 @@ def test_tiny_quickstart_runs_every_stage_and_summarizes(tmp_path):
     assert again.stdout.count("with this command: nothing to do") == 4
     assert "=== evaluation === up to date" in again.stdout and "=== plots === up to date" in again.stdout
     assert "deleted its checkpoints" not in again.stdout
+    # ... and its summary keeps the time each stage took when it ran (the GPU check reads them)
+    timings = json.loads((out / "quickstart_summary.json").read_text())["timings_s"]
+    ran = {name: summary["timings_s"][name] for name in ("reward model", "GRPO", "PPO", "judge", "evaluation")}
+    assert {name: timings[name] for name in ran} == ran and all(seconds > 0 for seconds in ran.values())
+    assert timings["total"] == round(sum(seconds for name, seconds in timings.items() if name != "total"), 1)
 
 
 def assert_held_out_apart_and_ppo_ended_on_its_best(out, result, summary, validation, test):
@@ -119,14 +123,15 @@ def assert_held_out_apart_and_ppo_ended_on_its_best(out, result, summary, valida
 
 
 @pytest.mark.slow
-def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_path):
-    out = tmp_path / "math"
-    result = run_script("quickstart.py", "--tiny", "--task", "math", "--seed", "3", "--output_dir", out)
+def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tiny_quickstarts):
+    # `quickstart.py --tiny --task math --seed 42 --output_dir OUT`, run once for this test and the GPU check's
+    out = tiny_quickstarts["work"] / "quickstart_math_seed42"
+    result = tiny_quickstarts["math"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "=== reward model ===" not in result.stdout and "=== GRPO ===" in result.stdout
     assert "=== PPO ===" in result.stdout
     summary = json.loads((out / "quickstart_summary.json").read_text())
-    assert (summary["task"], summary["seed"]) == ("math", 3)
+    assert (summary["task"], summary["seed"]) == ("math", 42)
     base = summary["models"][next(iter(summary["models"]))]
     assert {"format_rate", "verifier_accuracy", "verifier_accuracy_ci_low", "verifier_accuracy_ci_high"} <= set(base)
     for stage in ("grpo", "ppo"):  # on the validation problems, data/math_validation.jsonl
@@ -141,7 +146,7 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     assert manifest["config"]["GRPOTrainingConfig"]["reward_weights"] == [1.0, 0.0]  # boxed_format logged, not paid
     assert (f"--dataset_name {ROOT / 'data' / 'math_train.jsonl'} --reward_funcs boxed_answer boxed_format "
             "--reward_weights 1 0 --system_prompt \"Answer the question.") in result.stdout.rstrip().splitlines()[-1]
-    assert manifest["config"]["GRPOTrainingConfig"]["seed"] == 3
+    assert manifest["config"]["GRPOTrainingConfig"]["seed"] == 42
     ppo = json.loads((out / "ppo" / "run_manifest.json").read_text())["config"]["PPOTrainingConfig"]
     assert (ppo["reward_funcs"], ppo["value_model_path"]) == (["boxed_answer", "boxed_format"], None)
     assert not (out / "reward_model").exists()  # PPO scored with the verifier, its value model from the policy
@@ -151,7 +156,7 @@ def test_tiny_math_quickstart_trains_with_the_verifier_and_reports_accuracy(tmp_
     # stage refuses, and the quickstart's advice is the one that works for it, not "re-run to resume".
     other = run_script("quickstart.py", "--tiny", "--task", "math", "--seed", "4", "--output_dir", out)
     assert other.returncode == 2 and "Traceback" not in other.stderr
-    assert "holds a run trained with other settings: --seed 4 (the run has 3)" in other.stderr
+    assert "holds a run trained with other settings: --seed 4 (the run has 42)" in other.stderr
     assert other.stderr.strip().splitlines()[-1] == (
         f"error: the GRPO stage refused the run already in {out / 'grpo'} (the error above); the quickstart cannot "
         "change its own settings: give it a new --output_dir to start afresh")
@@ -213,6 +218,17 @@ def test_a_second_quickstart_in_the_same_folder_stops_at_once_and_says_to_wait(t
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("flags, folder", [(["--tiny"], "tiny_rm_seed42"), (["--task", "math", "--seed", "7"],
+                                                                              "math_seed7")])
+def test_each_quickstart_has_a_folder_of_its_own_by_default(tmp_path, run_cli, flags, folder):
+    # The tiny pipeline's own: the real quickstart's quickstart_output/rm_seed42 would refuse runs of the tiny models.
+    # (A file in its place stops the run at once, naming the folder it chose.)
+    (tmp_path / "quickstart_output").mkdir()
+    (tmp_path / "quickstart_output" / folder).write_text("")
+    line = error_line(run_cli("quickstart.py", *flags, cwd=tmp_path))
+    assert f"--output_dir {tmp_path / 'quickstart_output' / folder} is a file, not a folder" in line
 
 
 def test_an_output_dir_that_is_a_file_is_one_line_and_kept(tmp_path, run_cli):
