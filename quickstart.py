@@ -380,7 +380,22 @@ def cli(args=None):
         run_stage("plots", ["plot_training_progress.py", "--log_dir", *trained, "--output", plots, "--csv",
                             out / "training_metrics.csv"], timings)
     timings["total"] = round(time.perf_counter() - begin, 1)
-    summarize(out, args, evaluation, timings, trained, base)
+    summarize(out, args, evaluation, earlier_timings(out, timings), trained, base)
+
+
+def earlier_timings(out, timings):
+    """`timings` (seconds per stage of this launch, and its total) with the times of the stages this launch did not
+    run (finished earlier: nothing to do, or up to date) taken from the summary of the launch that ran them; the total
+    is then their sum, the time the whole pipeline took to run."""
+    try:
+        earlier = json.loads((out / "quickstart_summary.json").read_text(encoding="utf-8"))["timings_s"]
+    except (OSError, ValueError, KeyError):
+        return timings
+    if all(name in timings for name in earlier):
+        return timings
+    stages = {name: timings.get(name, seconds) for name, seconds in earlier.items() if name != "total"}
+    stages.update((name, seconds) for name, seconds in timings.items() if name != "total")
+    return {**stages, "total": round(sum(stages.values()), 1)}
 
 
 def next_command(out, task, base):
