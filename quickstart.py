@@ -103,8 +103,8 @@ SETTINGS = {
         # PPO on GRPO's reward (no missing-EOS penalty), its value model from the policy, one PPO epoch (an epoch
         # trains a 135M value model too), 10 rollouts of 16 (160 completions), and no untrained critic's push: one
         # right answer in 16 pushes itself up, not the 15 others down (docs/results.md, How the recipes were chosen).
-        # A checkpoint at each evaluation (--save_steps 3), which PPO may end on: its held-out accuracy at seed 42
-        # rose to 31% at rollout 3, then fell to 6% by rollout 10.
+        # A checkpoint at each evaluation (--save_steps 3), which PPO may end on: its held-out accuracy can peak
+        # early and fall (docs/evaluation.md, Ending on the best checkpoint).
         "ppo": ["--total_episodes", "160", "--prompts_per_rollout", "16", "--per_device_train_batch_size", "8",
                 "--num_ppo_epochs", "1", "--learning_rate", "3e-5", "--max_completion_length", "48",
                 "--missing_eos_penalty", "0", "--save_steps", "3", *MATH_PPO_CRITIC],
@@ -131,8 +131,9 @@ TINY = {
     "grpo_eval": ["--eval_prompts", "4"],
     "ppo_eval": ["--eval_prompts", "4", "--end_on_best_checkpoint"],
 }
-# PPO ends on its best checkpoint by the held-out evaluation (the issue it fixes: PPO's accuracy fell after rollout 3).
-# GRPO ends on its last step, as before: ending it on its best too would change the GRPO figures docs/results.md gives.
+# PPO ends on its best checkpoint by the held-out evaluation on the validation set: its accuracy can peak early and
+# fall. GRPO ends on its last step, as before: ending it on its best too would change the figures its recipe was
+# chosen by (docs/results.md).
 
 
 # The judge of the reward-model task: a second reward model, trained as the first is but on 400 pairs of its own that
