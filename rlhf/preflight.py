@@ -14,7 +14,7 @@ from rlhf.checks import (
 )
 from rlhf.data import check_dataset_source
 from rlhf.errors import UserError
-from rlhf.processes import launched_engine
+from rlhf.processes import launched_engine, launched_zero_stage
 from rlhf.rewards.functions import check_reward_funcs, check_reward_order, check_reward_weights
 from rlhf.rewards.reward_model import check_reward_model, check_scorer, check_value_model
 
@@ -31,6 +31,11 @@ def grpo(model_args, data_args, reward_args, training_args):
     problems.run(check_reward_funcs, reward_args.reward_funcs)  # a user's module imports, its signature can be called
     problems.run(check_quantization, model_args)
     problems.run(check_report_to, training_args.report_to)
+    if training_args.use_dynamic_sampling and (launched_engine() == "FSDP" or launched_zero_stage() == 3):
+        # A round's rows whose prompts got extra pads have their log-probabilities taken again on the processes that
+        # hold them (`DynamicSampling._logps_again`): sharded weights need every process in each forward pass.
+        problems.add("--use_dynamic_sampling is not supported with FSDP or DeepSpeed ZeRO-3 (the weights are sharded "
+                     "across processes); use deepspeed_zero2.yaml or multi_gpu.yaml, or drop the flag")
     if training_args.use_vllm:
         import importlib.util
 

@@ -166,6 +166,16 @@ def test_a_ppo_critic_warmup_under_zero2_is_refused_before_any_model_loads(tiny_
     assert not (tmp_path / "ppo").exists()
 
 
+def test_dynamic_sampling_where_the_weights_are_sharded_is_refused_before_any_model_loads(tiny_models, tmp_path,
+                                                                                          run_cli):
+    # Its re-padded rows' log-probabilities are taken again on the processes that hold them: under ZeRO-3 a forward
+    # pass on some processes alone waits for the others forever.
+    result = run_cli("train_grpo.py", *grpo_args(tiny_models, tmp_path / "grpo", "--use_dynamic_sampling"),
+                     env=LAUNCHED["deepspeed_zero3"])
+    assert "--use_dynamic_sampling is not supported with FSDP or DeepSpeed ZeRO-3" in error_line(result)
+    assert not (tmp_path / "grpo").exists()
+
+
 def test_fsdp_on_cpu_processes_is_refused_rather_than_run_as_ddp(tiny_models, tmp_path, run_cli, monkeypatch):
     from rlhf import processes
 
