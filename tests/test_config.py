@@ -230,7 +230,7 @@ def test_sizes_lengths_ranks_and_counts_below_their_minimum_are_refused(script, 
         RewardTrainingConfig,
     )
 
-    types = {"grpo": GRPO_TYPES, "grpo_math_long": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
+    types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "reward": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig),
              "evaluate": (EvalArguments, RewardArguments)}[script]
     with pytest.raises(UserError) as error:
@@ -329,7 +329,8 @@ def test_the_shipped_example_configs_parse_and_set_what_they_say_without_a_note_
     from config import PPOModelArguments, PPOTrainingConfig, PreferenceDataArguments, RewardTrainingConfig
     from conftest import ROOT
 
-    types = {"grpo": GRPO_TYPES, "grpo_math_long": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
+    types = {"grpo": GRPO_TYPES, "grpo_math_long": GRPO_TYPES,
+             "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "reward_model": (ModelArguments, PreferenceDataArguments, RewardTrainingConfig)}[name]
     path = ROOT / "configs" / f"{name}.yaml"
     parsed = {key: value for config in parse_args(types, ["--config", str(path)])
@@ -571,7 +572,7 @@ def test_the_older_spellings_set_what_trl_names_set_as_flags_and_yaml_keys(scrip
 
     from config import EvalArguments, PPOModelArguments, PPOTrainingConfig
 
-    types = {"grpo": GRPO_TYPES, "grpo_math_long": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
+    types = {"grpo": GRPO_TYPES, "ppo": (PPOModelArguments, PromptDataArguments, PPOTrainingConfig),
              "evaluate": (EvalArguments, RewardArguments)}[script]
 
     def parsed(flags):  # every field (the TrainingArguments' accelerate state is an object of its own each time)
