@@ -109,20 +109,32 @@ def read_scalars(event_files):
     Where two files hold the same tag and step (a run resumed from an earlier checkpoint), the value written last
     wins. The one reader of event files in this package (plots, benchmark, tests).
     """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     points = {}
     for path in event_files:
-        # scalars 0 = keep every point (the default keeps a sample of 10,000); nothing else is needed here.
-        guidance = {"scalars": 0, "tensors": 1, "histograms": 1, "images": 1, "audio": 1, "distributions": 1}
-        accumulator = EventAccumulator(str(path), size_guidance=guidance)
-        accumulator.Reload()
-        for tag in accumulator.Tags()["scalars"]:
+        for tag, events in read_event_file(path)[1].items():
             merged = points.setdefault(tag, {})
-            for event in accumulator.Scalars(tag):
-                if event.step not in merged or merged[event.step][0] <= event.wall_time:
-                    merged[event.step] = (event.wall_time, event.value)
+            for step, (wall_time, value) in events.items():
+                if step not in merged or merged[step][0] <= wall_time:
+                    merged[step] = (wall_time, value)
     return points
+
+
+def read_event_file(path):
+    """(The wall time of the file's first event, {tag: {step: (wall_time, value)}}) of one TensorBoard event file,
+    the value written last winning within it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # scalars 0 = keep every point (the default keeps a sample of 10,000); nothing else is needed here.
+    guidance = {"scalars": 0, "tensors": 1, "histograms": 1, "images": 1, "audio": 1, "distributions": 1}
+    accumulator = EventAccumulator(str(path), size_guidance=guidance)
+    accumulator.Reload()
+    points = {}
+    for tag in accumulator.Tags()["scalars"]:
+        merged = points.setdefault(tag, {})
+        for event in accumulator.Scalars(tag):
+            if event.step not in merged or merged[event.step][0] <= event.wall_time:
+                merged[event.step] = (event.wall_time, event.value)
+    return accumulator.FirstEventTimestamp(), points
 
 
 def event_files(folder):
@@ -289,12 +301,9 @@ def heldout_curve(event_files, manifest=None):
     is counted in that launch. Generated tokens: `generated_tokens` at the evaluation's step (at the last log at or
     before it).
     """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     launches = []  # (first wall time, last wall time, {tag: {step: (wall_time, value)}}) per event file
     for path in event_files:
-        scalars = read_scalars([path])
-        first = EventAccumulator(str(path), size_guidance={"scalars": 1}).Reload().FirstEventTimestamp()
+        first, scalars = read_event_file(path)
         last = max((wall for points in scalars.values() for wall, _ in points.values()), default=first)
         launches.append((first, last, scalars))
     launches.sort(key=lambda launch: launch[0])
