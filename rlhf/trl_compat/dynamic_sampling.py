@@ -189,6 +189,12 @@ def completion_metrics(rewards_per_func, weights, names, lengths, truncated):
     return metrics
 
 
+def completion_lengths(completion_ids, tool_mask):
+    """Each completion's length as TRL 1.16 counts it for its metrics (grpo_trainer.py 2274-2281): its model tokens
+    where a tool mask is given, else all its tokens."""
+    return [sum(mask) for mask in tool_mask] if tool_mask is not None else [len(ids) for ids in completion_ids]
+
+
 # Of every completion drawn for a generation (every round's), what dynamic sampling logs beside TRL's names (which
 # describe the groups trained on): dynamic_sampling/<name> <- completion_metrics' <key>.
 DRAWN = {"drawn_reward": "reward", "drawn_mean_length": "completions/mean_length",
@@ -234,8 +240,7 @@ class DynamicSampling:
             # model tokens where a tool mask is given) and whether it was cut off, every process's, in TRL's order
             # (all processes call this alike). `_generate` returns (prompt_ids, completion_ids, tool_mask, ...).
             completion_ids, tool_mask = result[1], result[2]
-            lengths = [sum(mask) for mask in tool_mask] if tool_mask is not None else [len(ids) for ids in
-                                                                                       completion_ids]
+            lengths = completion_lengths(completion_ids, tool_mask)
             ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
             truncated = [ids[-1] not in ends for ids in completion_ids]
             self._gathered_lengths = self.accelerator.gather(

@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from rlhf.trl_compat import check_trl_version, say
-from rlhf.trl_compat.dynamic_sampling import DynamicSampling
+from rlhf.trl_compat.dynamic_sampling import DynamicSampling, completion_lengths
 
 check_trl_version()
 
@@ -181,8 +181,7 @@ class ResumableGRPOTrainer(ResumableGeneration, DynamicSampling, GRPOTrainer):
 
         result = super()._generate(prompts)
         if self.model.training:
-            completion_ids, tool_mask = result[1], result[2]  # (prompt_ids, completion_ids, tool_mask, ...)
-            tokens = sum(map(sum, tool_mask)) if tool_mask is not None else sum(map(len, completion_ids))
+            tokens = sum(completion_lengths(result[1], result[2]))  # (prompt_ids, completion_ids, tool_mask, ...)
             tokens = self.accelerator.gather(torch.tensor([tokens], device=self.accelerator.device)).sum().item()
             self.num_completion_tokens += tokens
             self._metrics["train"]["num_completion_tokens"] = [self.num_completion_tokens]
