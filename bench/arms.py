@@ -47,7 +47,7 @@ from rlhf.evaluation.metrics import (  # noqa: E402
     group_size,
     series_of_log_history,
 )
-from rlhf.lifecycle.checkpoints import CHECKPOINT_RE, is_complete  # noqa: E402
+from rlhf.lifecycle.checkpoints import CHECKPOINT_RE, is_complete, last_checkpoint  # noqa: E402
 from rlhf.lifecycle.manifest import read_manifest  # noqa: E402
 
 KEEP_ALL = ["--save_total_limit", "none"]  # every checkpoint: the budget picks one after the run
@@ -100,10 +100,7 @@ def within_budget(folder, started, budget_s, stopped):
 def tokens_up_to(folder, model):
     """(Step, generated completion tokens up to it, "exact" / "estimate") of the evaluated `model` of the run in
     `folder`, from the log_history of its checkpoint (the final model: of the newest checkpoint)."""
-    checkpoints = [child for child in Path(folder).glob("checkpoint-*") if CHECKPOINT_RE.match(child.name)
-                   and is_complete(child)]
-    checkpoint = model if CHECKPOINT_RE.match(Path(model).name) else \
-        max(checkpoints, key=lambda path: int(path.name.split("-")[1]), default=None)
+    checkpoint = model if CHECKPOINT_RE.match(Path(model).name) else last_checkpoint(folder)
     if checkpoint is None:
         return None, None, None
     state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
