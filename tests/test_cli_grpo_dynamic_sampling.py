@@ -14,7 +14,8 @@ from test_interruption import final_weights
 # Rewards that control which groups differ: `half` gives every completion of half the prompts (by the prompt's
 # checksum) the same 0 and scores the others by their text; `half_ids` as `half`, by their token ids; `one` gives
 # every completion 1. With PROBE_DIR set, each process writes the step of each call (one call per generation round);
-# with DRAWN_FILE set, `half_ids` writes each completion's reward and length.
+# with DRAWN_FILE set, `half_ids` writes each completion's reward and length; with PROMPTS_FILE set, `half` writes
+# each call's prompts, one line a round.
 REWARDS = '''
 import json, os, zlib
 from pathlib import Path
@@ -28,6 +29,9 @@ def _probe(trainer_state):
 
 def half(prompts, completions, trainer_state=None, **kwargs):
     _probe(trainer_state)
+    if os.environ.get("PROMPTS_FILE"):
+        with open(os.environ["PROMPTS_FILE"], "a") as f:
+            f.write(json.dumps([str(p) for p in prompts]) + "\\n")
     return [0.0 if zlib.crc32(str(p).encode()) % 2 else zlib.crc32(str(c).encode()) % 1000 / 1000
             for p, c in zip(prompts, completions)]
 
@@ -245,16 +249,45 @@ def test_a_run_resumed_inside_a_generation_trains_what_one_run_trains(tiny_model
 @pytest.mark.slow
 def test_with_the_reward_model_whose_groups_all_differ_it_trains_what_trl_trains(tiny_models, tmp_path):
     # The tiny reward model scores every completion differently: nothing is discarded, no extra round is drawn, and
-    # the weights are those of a run without dynamic sampling.
+    # the weights are those of a run without dynamic sampling: its rounds take TRL's batches, into a second pass over
+    # the 4 prompts (2 a step).
     plain, dynamic = tmp_path / "plain", tmp_path / "dynamic"
-    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, plain, "--max_steps", "2")))
-    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, dynamic, "--max_steps", "2",
-                                                         "--use_dynamic_sampling")))
+    short = ("--max_steps", "3", "--max_samples", "4")
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, plain, *short)))
+    assert_ok(run_in_process("train_grpo.py", *grpo_args(tiny_models, dynamic, *short, "--use_dynamic_sampling")))
     logged = scalars(dynamic)
-    assert logged["train/dynamic_sampling/rounds"] == [(1, 1.0), (2, 1.0)]
-    assert logged["train/dynamic_sampling/groups_discarded"] == [(1, 0.0), (2, 0.0)]
+    assert logged["train/dynamic_sampling/rounds"] == [(1, 1.0), (2, 1.0), (3, 1.0)]
+    assert logged["train/dynamic_sampling/groups_discarded"] == [(1, 0.0), (2, 0.0), (3, 0.0)]
+    assert logged["train/dynamic_sampling/passes"] == [(1, 0.5), (2, 1.0), (3, 1.5)]
     expected, weights = final_weights(plain), final_weights(dynamic)
     assert all(torch.equal(tensor, weights[name]) for name, tensor in expected.items())
+
+
+@pytest.mark.slow
+def test_with_epochs_a_run_ends_after_that_many_passes_over_the_prompts_none_twice_in_a_pass(tiny_models, tmp_path,
+                                                                                              rewards):
+    # 8 prompts, 4 a generation: a pass is 2 rounds, and TRL plans 2 generations (4 steps) a pass. Half the prompts
+    # get one reward, so generations draw extra rounds, which take the next batches of the data order.
+    out, drawn = tmp_path / "run", tmp_path / "prompts.jsonl"
+    result = run_in_process("train_grpo.py", *grpo_args(
+        tiny_models, out, "--reward_funcs", "signal_rewards.half", "--use_dynamic_sampling", "--num_train_epochs", "2",
+        "--prompts_per_generation", "4", "--max_samples", "8", "--save_steps", "5"),
+        env={**rewards, "PROMPTS_FILE": str(drawn)})
+    assert_ok(result)
+    rounds = [json.loads(line)[::2] for line in drawn.read_text().splitlines()]  # a prompt per group
+    assert all(len(prompts) == 4 for prompts in rounds)
+    taken = [prompt for prompts in rounds for prompt in prompts]
+    passes = [taken[start:start + 8] for start in range(0, len(taken), 8)]
+    assert len(passes) >= 2 and all(len(set(prompts)) == 8 for prompts in passes if len(prompts) == 8)
+    logged = scalars(out)
+    done = [value for _, value in logged["train/dynamic_sampling/passes"]]
+    assert done[-1] >= 2 and all(value < 2 for value in done[:-1])  # ended after the generation that took pass 2
+    assert done[-1] == len(taken) / 8
+    steps = logged["train/dynamic_sampling/passes"][-1][0] + 1  # that generation's 2 steps
+    assert max(step for step, _ in logged["train/loss"]) == steps < 8
+    assert (out / f"checkpoint-{steps}" / "trainer_state.json").exists()  # saved where it ends, as at a last step
+    assert (f"dynamic sampling took --num_train_epochs 2 passes over the prompts by step {steps} of the 8 TRL "
+            "planned") in result.stdout
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlhf.trl_compat.dynamic_sampling import choose_groups, extra_prompts, groups_with_spread, take_rows, task_columns
+from rlhf.trl_compat.dynamic_sampling import choose_groups, data_order, groups_with_spread, take_rows, task_columns
 
 NAN = math.nan
 
@@ -78,17 +78,22 @@ def test_a_generation_trains_on_the_first_groups_that_differ_then_fills_with_gro
     assert choose_groups([[False, False], [False, True]], 3) == [(1, 1), (0, 0), (0, 1)]
 
 
-def test_extra_prompts_come_in_passes_over_the_prompts_each_in_its_own_order():
-    first = extra_prompts(0, 0, 10, 4)
-    assert first == extra_prompts(0, 0, 10, 4)  # every process, and a resumed run
-    # the next round takes the next ones: one pass gives every prompt once, in an order of its own
-    stream = first + extra_prompts(0, 4, 10, 4) + extra_prompts(0, 8, 10, 2)
-    assert sorted(stream) == list(range(10)) and stream != list(range(10))
-    second = extra_prompts(0, 10, 10, 10)
-    assert sorted(second) == list(range(10)) and second != stream
-    assert extra_prompts(0, 6, 10, 8) == stream[6:] + second[:4]  # a round across two passes
-    assert extra_prompts(1, 0, 10, 4) != first  # another seed
-    assert sorted(extra_prompts(0, 0, 3, 6)) == [0, 0, 1, 1, 2, 2]  # fewer prompts than a round: two passes
+def test_the_data_order_is_trls_sampler_order_pass_after_pass():
+    # TRL's RepeatSampler over 10 prompts, 4 per generation: 2 whole batches a pass (the 2 left over are dropped),
+    # each pass a permutation of its own generator. Every round of dynamic sampling takes the next batch of it.
+    from trl.trainer.utils import RepeatSampler
+
+    sampler = RepeatSampler(list(range(10)), mini_repeat_count=2, batch_size=4, repeat_count=3, seed=5)
+    passes = [list(sampler) for _ in range(3)]  # each batch: 4 prompts x 2 completions, repeated 3 times
+    trl = [index for order in passes for batch in (order[:24], order[24:]) for index in batch[:8:2]]
+    rounds = [data_order(5, taken, 10, 4, 4) for taken in range(0, 24, 4)]
+    assert [index for round_ in rounds for index in round_] == trl
+    for pass_ in (rounds[:2], rounds[2:4], rounds[4:]):
+        prompts = [index for round_ in pass_ for index in round_]
+        assert len(set(prompts)) == 8  # no prompt twice within a pass
+    assert rounds[:2] != rounds[2:4]  # each pass in its own order
+    assert data_order(5, 4, 10, 4, 8) == rounds[1] + rounds[2]  # a resumed run takes up where it stopped
+    assert data_order(5, 0, 10, 4, 8, shuffle=False) == list(range(8))  # --shuffle_dataset false
 
 
 def test_rows_of_several_rounds_are_padded_as_trl_pads_them():

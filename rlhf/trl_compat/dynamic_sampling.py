@@ -25,18 +25,20 @@ rewards and lengths, so every process logs the same), and what every round drew,
 logged as `dynamic_sampling/drawn_reward`, `drawn_mean_length` and `drawn_clipped_ratio` (`DRAWN`). Left per round:
 `num_tokens` (every token generated), vLLM's `sampling/*` and the completions table (`--log_completions`).
 
-Extra prompts come from a stream of passes over the training set of their own, each pass in its own order (seeded by
-the seed and the pass): prompts come in that order, none twice within a pass, and each extra round takes the next
-ones. The count taken so far (`extra_prompts_drawn`) is the same on every process and is saved in each checkpoint
-(`EXTRA_PROMPTS_FILE`), so a resumed run takes those an uninterrupted run takes, and two generations of one step
-(gradient accumulation over several generations) take different ones. TRL's data order (epochs) is not touched: a
-prompt drawn as an extra may also come in TRL's pass, so `--num_train_epochs` counts TRL's passes, not every prompt
-generated for.
+Every round's prompts, the first included, come from the data order: the order TRL's sampler gives an
+uninterrupted run (`data_order`: pass k over the prompts is the k-th permutation of a generator seeded with `--seed`,
+cut to whole generation batches), each round taking the next generation batch of it, as verl takes the next batch of
+its dataloader. A run whose generations all differ takes TRL's batches, one per generation; an extra round takes the
+batch TRL would have given the next generation, so no prompt is generated for twice within a pass, and a pass ends
+sooner. The count taken (`prompts_taken`) is the same on every process and is saved in each checkpoint
+(`PROMPTS_TAKEN_FILE`), so a resumed run takes what an uninterrupted run takes. The batches TRL's dataloader reads are
+left unused. With `--num_train_epochs` (no `--max_steps`), the run ends after the generation that completes that many
+passes (`_maybe_log_save_evaluate`), said once: TRL planned the steps, and the learning-rate schedule, for passes
+without extra rounds.
 """
 
 import functools
 import json
-import random
 from pathlib import Path
 
 PROGRESS_ROUNDS = 10  # a line every this many generation batches drawn for one generation (each costs a generation)
@@ -104,28 +106,36 @@ def choose_groups(spreads, target):
     return chosen + same[:target - len(chosen)]
 
 
-# The file of a checkpoint that holds how many extra prompts the run had drawn (the same on every process).
-EXTRA_PROMPTS_FILE = "dynamic_sampling.json"
+# The file of a checkpoint that holds how many prompts of the data order the run had taken (the same on every process).
+PROMPTS_TAKEN_FILE = "dynamic_sampling.json"
 
 
-def extra_prompts(seed, drawn, dataset_size, count):
-    """The indices of the `count` training prompts that follow the `drawn` drawn before: positions `drawn` to
-    `drawn + count - 1` of a stream of passes over the `dataset_size` prompts, pass k in the order of a generator
-    seeded by (seed, k) (Python's string seeding is stable): the same on every process and on resume, and no prompt
-    twice within a pass."""
+def data_order(seed, taken, dataset_size, batch, count, shuffle=True):
+    """The indices of the `count` training prompts that follow the `taken` taken before, in the order TRL 1.16's
+    `RepeatSampler` (trl/trainer/utils.py:859) gives an uninterrupted run of `batch` prompts per generation: pass k
+    over the `dataset_size` prompts is the k-th permutation drawn from a generator seeded with `seed` (the indices in
+    order where the data is not shuffled), cut to whole batches (TRL drops the rest of each pass). The same on every
+    process and on resume; no prompt twice within a pass."""
+    pass_size = dataset_size // batch * batch
     picks = []
-    for position in range(drawn, drawn + count):
-        pass_, place = divmod(position, dataset_size)
-        picks.append(_pass_order(seed, pass_, dataset_size)[place])
+    for position in range(taken, taken + count):
+        pass_, place = divmod(position, pass_size)
+        picks.append(_pass_order(seed, pass_, dataset_size, shuffle)[place])
     return picks
 
 
 @functools.lru_cache(maxsize=2)
-def _pass_order(seed, pass_, dataset_size):
-    """The order of pass `pass_` of the extra prompts' stream (`extra_prompts`)."""
-    order = list(range(dataset_size))
-    random.Random(f"dynamic sampling {seed} pass {pass_}").shuffle(order)
-    return tuple(order)
+def _pass_order(seed, pass_, dataset_size, shuffle):
+    """Pass `pass_` of the data order (`data_order`), drawn as `rlhf.trl_compat.grpo.EpochRepeatSampler` draws it."""
+    if not shuffle:
+        return tuple(range(dataset_size))
+    import torch
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    for _ in range(pass_):
+        torch.randperm(dataset_size, generator=generator)
+    return tuple(torch.randperm(dataset_size, generator=generator).tolist())
 
 
 def take_rows(pieces, index, pad_token_id, device, widths=None):
@@ -206,24 +216,25 @@ class DynamicSampling:
     TRL's methods run as they are)."""
 
     _cap_said = False  # the cap's line is said once per launch
-    extra_prompts_drawn = 0  # the extra prompts' stream taken so far (`extra_prompts`), saved in each checkpoint
+    prompts_taken = None  # prompts of the data order taken so far (`data_order`), saved in each checkpoint
+    _last_pass_ends = None  # with --num_train_epochs: the pass (TRL's `_step`) after which the run ends
 
     def _save_checkpoint(self, model, trial):
-        """The count of extra prompts drawn, written before transformers saves (its trainer_state.json, written last,
+        """The count of prompts taken, written before transformers saves (its trainer_state.json, written last,
         marks the checkpoint complete); every process holds the same count, the main process writes it."""
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-        if getattr(self.args, "use_dynamic_sampling", False) and self.accelerator.is_main_process:
+        if self.prompts_taken is not None and self.accelerator.is_main_process:
             checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             checkpoint.mkdir(parents=True, exist_ok=True)
-            (checkpoint / EXTRA_PROMPTS_FILE).write_text(json.dumps({"extra_prompts_drawn": self.extra_prompts_drawn}))
+            (checkpoint / PROMPTS_TAKEN_FILE).write_text(json.dumps({"prompts_taken": self.prompts_taken}))
         super()._save_checkpoint(model, trial)
 
     def train(self, resume_from_checkpoint=None, **kwargs):
         if resume_from_checkpoint and not isinstance(resume_from_checkpoint, bool):  # the scripts pass the path
-            saved = Path(resume_from_checkpoint) / EXTRA_PROMPTS_FILE
+            saved = Path(resume_from_checkpoint) / PROMPTS_TAKEN_FILE
             if saved.exists():  # not in a checkpoint of a run without the flag, or of an earlier version
-                self.extra_prompts_drawn = json.loads(saved.read_text())["extra_prompts_drawn"]
+                self.prompts_taken = json.loads(saved.read_text()).get("prompts_taken")
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -254,11 +265,13 @@ class DynamicSampling:
         logged = {key: len(values) for key, values in metrics.items()}  # what was logged before this generation
         size = self.num_generations
         target = self.args.generation_batch_size // size  # groups per generation, over all processes
+        generate_every = self.args.steps_per_generation * self.num_iterations  # TRL's passes per generation
+        if self.prompts_taken is None:  # a new run, or one resumed from a checkpoint without the flag
+            self.prompts_taken = self._step // generate_every * target  # the generations TRL made before
         task = task_columns(self.reward_func_names)  # the rewards a group is judged by
         outputs, spreads, drawn_rewards, drawn_lengths = [], [], [], []
         while True:
-            batch = inputs if not outputs else self._extra_inputs(inputs, target)
-            outputs.append(super()._generate_and_score_completions(batch))
+            outputs.append(super()._generate_and_score_completions(self._round_inputs(inputs, target)))
             drawn_rewards.append(self._gathered_rewards)
             drawn_lengths.append(self._gathered_lengths)
             spread = groups_with_spread(self._gathered_rewards[:, task], self.reward_weights[task], size,
@@ -285,6 +298,10 @@ class DynamicSampling:
         metrics["dynamic_sampling/groups_discarded"].append(drawn - target)
         metrics["dynamic_sampling/rounds"].append(len(outputs))
         metrics["dynamic_sampling/cap_reached"].append(float(differ < target))
+        passes = self.prompts_taken / (len(self.train_dataset) // target * target)
+        metrics["dynamic_sampling/passes"].append(passes)
+        if self.args.max_steps <= 0 and passes >= self.args.num_train_epochs and self._last_pass_ends is None:
+            self._last_pass_ends = self._step + generate_every  # after this generation's last pass
         if differ < target and not self._cap_said:
             from rlhf.trl_compat import say
 
@@ -333,12 +350,29 @@ class DynamicSampling:
             metrics[f"dynamic_sampling/{name}"].append(every[key])
         return zero
 
-    def _extra_inputs(self, inputs, target):
-        """This process's rows of an extra round: the next `target` prompts of the extra prompts' stream
-        (`extra_prompts`), each repeated for its group, laid out over the processes as TRL's RepeatSampler lays out a
-        generation (process after process)."""
-        picks = extra_prompts(self.args.seed, self.extra_prompts_drawn, len(self.train_dataset), target)
-        self.extra_prompts_drawn += target
+    def _maybe_log_save_evaluate(self, *args, **kwargs):
+        """With --num_train_epochs, the run ends at the end of the generation that completed that many passes over
+        the prompts (extra rounds make passes shorter than the steps TRL planned for them), said once."""
+        if (self._last_pass_ends is not None and self._step >= self._last_pass_ends
+                and not self.control.should_training_stop):
+            self.control.should_training_stop = True
+            self.control.should_save = self.args.save_strategy == "steps"  # as at the last step TRL planned
+            if self.accelerator.is_main_process:
+                from rlhf.trl_compat import say
+
+                say(f"dynamic sampling took --num_train_epochs {self.args.num_train_epochs:g} passes over the "
+                    f"prompts by step {self.state.global_step} of the {self.state.max_steps} TRL planned for them "
+                    "(its extra rounds take prompts of the next batches): training ends here, the learning-rate "
+                    "schedule unfinished; give --max_steps to train a number of steps instead")
+        return super()._maybe_log_save_evaluate(*args, **kwargs)
+
+    def _round_inputs(self, inputs, target):
+        """This process's rows of a round: the next `target` prompts of the data order (`data_order`), each repeated
+        for its group, laid out over the processes as TRL's RepeatSampler lays out a generation (process after
+        process), with the columns of TRL's batch `inputs`."""
+        picks = data_order(self.args.seed, self.prompts_taken, len(self.train_dataset), target, target,
+                           self.shuffle_dataset)
+        self.prompts_taken += target
         start = self.accelerator.process_index * len(inputs)
         keys = inputs[0].keys()  # the columns the dataloader gives
         rows = {index: self.train_dataset[index] for index in set(picks)}
