@@ -356,7 +356,8 @@ class DynamicSampling:
         if (self._last_pass_ends is not None and self._step >= self._last_pass_ends
                 and not self.control.should_training_stop):
             self.control.should_training_stop = True
-            self.control.should_save = self.args.save_strategy == "steps"  # as at the last step TRL planned
+            # saved as at the last step TRL planned (a save another strategy asked for stands)
+            self.control.should_save = self.control.should_save or self.args.save_strategy == "steps"
             if self.accelerator.is_main_process:
                 from rlhf.trl_compat import say
 
