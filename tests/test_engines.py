@@ -11,9 +11,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from conftest import ROOT, assert_ok, error_line, grpo_args, ppo_args, scalars
 
@@ -88,15 +90,24 @@ def test_ppo_with_reward_functions_under_zero2_scores_them_and_saves_the_value_m
     data = tiny.write_jsonl(tmp_path / "math.jsonl", [{"question": f"What is {a} + 1?", "ground_truth": str(a + 1)}
                                                       for a in range(8)])
     out = tmp_path / "ppo"
-    # No reward model: TRL would put the reward functions into a DeepSpeed engine (`_prepare_deepspeed`).
+    # No reward model: TRL would put the reward functions into a DeepSpeed engine (`_prepare_deepspeed`). Held out:
+    # the last 2 problems, evaluated at each rollout's checkpoint; the run ends on the best of them.
     result = launch("deepspeed_zero2", "train_ppo.py", *ppo_args(tiny_models, out, "--dataset_name", data,
                                                                   "--reward_funcs", "boxed_format",
-                                                                  "--total_episodes", "8"))
+                                                                  "--total_episodes", "8", "--max_samples", "6",
+                                                                  "--eval_prompts", "2", "--save_steps", "1",
+                                                                  "--end_on_best_checkpoint"))
     assert_ok(result)
     assert "engine: DeepSpeed ZeRO-2" in result.stdout
     logged = scalars(out)
     assert "train/rewards/boxed_format/mean" in logged
     assert (out / "value_model" / "config.json").exists()
+    # Ended on its best checkpoint under the engine: the final policy is that checkpoint's, bit for bit.
+    assert result.stdout.count("Ended on the best checkpoint by the held-out evaluation, checkpoint-") == 1
+    best = Path(json.loads((out / "run_report.json").read_text())["best_checkpoint"])
+    assert best.name in {"checkpoint-1", "checkpoint-2"}
+    final, kept = (load_file(folder / "model.safetensors") for folder in (out, best))
+    assert final.keys() == kept.keys() and all(torch.equal(final[name], kept[name]) for name in final)
     # The tiny policy boxes nothing: the first rollout is without signal (all cut off at 8 tokens), and under
     # DeepSpeed not trained on at all (its optimizer holds the policy and value model flattened together: the
     # policy's momentum cannot be held alone).
