@@ -116,25 +116,39 @@ def data_order(seed, taken, dataset_size, batch, count, shuffle=True):
     over the `dataset_size` prompts is the k-th permutation drawn from a generator seeded with `seed` (the indices in
     order where the data is not shuffled), cut to whole batches (TRL drops the rest of each pass). The same on every
     process and on resume; no prompt twice within a pass."""
-    pass_size = dataset_size // batch * batch
+    size = pass_size(dataset_size, batch)
     picks = []
     for position in range(taken, taken + count):
-        pass_, place = divmod(position, pass_size)
+        pass_, place = divmod(position, size)
         picks.append(_pass_order(seed, pass_, dataset_size, shuffle)[place])
     return picks
 
 
+def pass_size(dataset_size, batch):
+    """Prompts in one pass of the data order: whole batches of `batch` (TRL's RepeatSampler drops the rest)."""
+    return dataset_size // batch * batch
+
+
+def seek_pass(generator, seed, pass_, num_samples):
+    """`generator` put where TRL's RepeatSampler, seeded with `seed`, draws the permutation of pass `pass_` over
+    `num_samples` prompts: seeded again, the passes before drawn. The one rule for both the sampler
+    (`rlhf.trl_compat.grpo.EpochRepeatSampler.set_epoch`) and dynamic sampling's data order (`data_order`)."""
+    import torch
+
+    generator.manual_seed(seed)
+    for _ in range(pass_):
+        torch.randperm(num_samples, generator=generator)
+    return generator
+
+
 @functools.lru_cache(maxsize=2)
 def _pass_order(seed, pass_, dataset_size, shuffle):
-    """Pass `pass_` of the data order (`data_order`), drawn as `rlhf.trl_compat.grpo.EpochRepeatSampler` draws it."""
+    """Pass `pass_` of the data order (`data_order`), drawn as TRL's sampler draws it (`seek_pass`)."""
     if not shuffle:
         return tuple(range(dataset_size))
     import torch
 
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    for _ in range(pass_):
-        torch.randperm(dataset_size, generator=generator)
+    generator = seek_pass(torch.Generator(), seed, pass_, dataset_size)
     return tuple(torch.randperm(dataset_size, generator=generator).tolist())
 
 
@@ -298,7 +312,7 @@ class DynamicSampling:
         metrics["dynamic_sampling/groups_discarded"].append(drawn - target)
         metrics["dynamic_sampling/rounds"].append(len(outputs))
         metrics["dynamic_sampling/cap_reached"].append(float(differ < target))
-        passes = self.prompts_taken / (len(self.train_dataset) // target * target)
+        passes = self.prompts_taken / pass_size(len(self.train_dataset), target)
         metrics["dynamic_sampling/passes"].append(passes)
         if self.args.max_steps <= 0 and passes >= self.args.num_train_epochs and self._last_pass_ends is None:
             self._last_pass_ends = self._step + generate_every  # after this generation's last pass

@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from rlhf.trl_compat import check_trl_version, say
-from rlhf.trl_compat.dynamic_sampling import DynamicSampling, completion_lengths
+from rlhf.trl_compat.dynamic_sampling import DynamicSampling, completion_lengths, seek_pass
 
 check_trl_version()
 
@@ -265,11 +265,7 @@ class EpochRepeatSampler:
         return len(self.sampler)
 
     def set_epoch(self, epoch):
-        import torch
-
         sampler = self.sampler
         if not sampler.shuffle or sampler.seed is None:
             return
-        sampler.generator.manual_seed(sampler.seed)
-        for _ in range(epoch):
-            torch.randperm(sampler.num_samples, generator=sampler.generator)
+        seek_pass(sampler.generator, sampler.seed, epoch, sampler.num_samples)
