@@ -202,8 +202,12 @@ def figure(runs, tags, smoothing, panels, curves=None):
     handles = [Line2D([], [], color=colors[run], linewidth=2, label=f"{run} ({steps[run]} steps)") for run in runs]
     # The title rides on the legend: a separate suptitle and an outside legend overlap in constrained layout.
     title = "Training progress" + (f" (EMA smoothing {smoothing}; faint lines: raw values)" if smoothing else "")
-    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(runs), 4), frameon=False, title=title,
-               title_fontproperties={"size": "large"})
+    for ncol in range(min(len(runs), 4), 0, -1):  # the most columns (up to 4) whose labels fit the figure's width
+        legend = fig.legend(handles=handles, loc="outside upper center", ncol=ncol, frameon=False, title=title,
+                            title_fontproperties={"size": "large"})
+        if ncol == 1 or legend.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width:
+            break
+        legend.remove()
     return fig
 
 

@@ -140,6 +140,28 @@ def test_per_token_and_per_completion_kl_and_entropy_are_drawn_apart(logs):
     assert [p for p in panel_columns({"ppo": runs["ppo"]}, extra=False) if p.startswith("kl")] == ["kl_per_completion"]
 
 
+def test_the_legend_of_many_runs_with_long_names_fits_the_figure(logs):
+    import matplotlib.pyplot as plt
+
+    from plot_training_progress import figure, panel_columns
+    from rlhf.evaluation.metrics import event_files, read_run
+
+    run, tags = read_run(event_files(logs / "grpo"))
+    for names, rows in (([f"arms_math_grpo_seed{seed}/{arm}" for seed in range(105, 109)
+                          for arm in ("none", "dynamic_sampling")], 4), (["grpo", "ppo"], 1)):
+        runs = dict.fromkeys(names, run)
+        fig = figure(runs, dict.fromkeys(names, tags), 0.0, panel_columns(runs, extra=False))
+        fig.canvas.draw()  # laid out as saved
+        legend = fig.legends[0]
+        box = legend.get_window_extent(fig.canvas.get_renderer())
+        assert [text.get_text() for text in legend.get_texts()] == [f"{name} (5 steps)" for name in names]
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width  # every label inside the figure, none cut at its edges
+        # as many columns as fit: 2 of these 8 long names a row (4 did not fit), short names side by side
+        renderer = fig.canvas.get_renderer()
+        assert len({round(text.get_window_extent(renderer).y0) for text in legend.get_texts()}) == rows
+        plt.close(fig)
+
+
 @pytest.mark.slow
 def test_help_exits_zero(results):
     assert results["help"].returncode == 0
