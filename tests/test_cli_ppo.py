@@ -304,7 +304,9 @@ def test_the_first_update_is_at_ratio_1_and_kl_0_whatever_sampling_the_policys_g
     assert_ok(result)
     logged = scalars(out)
     assert logged["train/val/ratio"][0] == (1, 1.0)
-    assert abs(logged["train/policy/approxkl_avg"][0][1]) < 1e-9 and logged["train/objective/kl"][0] == (1, 0.0)
+    assert abs(logged["train/policy/approxkl_avg"][0][1]) < 1e-9
+    # summed over the completion's tokens: fp32's noise (0 alone; 4.8e-7 once in the whole suite), as on 2 processes
+    assert logged["train/objective/kl"][0] == (1, pytest.approx(0, abs=8e-6))
     assert [line for line in result.stdout.splitlines() if "generation_config.json samples with" in line] == [
         f"note: {policy}'s generation_config.json samples with repetition_penalty 1.05, temperature 0.7, top_k 20, "
         "top_p 0.8; PPO samples as its flags say (--temperature 0.7, --top_p 1) (docs/training.md, Sampling)"]
