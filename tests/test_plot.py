@@ -152,12 +152,11 @@ def test_the_legend_of_many_runs_with_long_names_fits_the_figure(logs):
         runs = dict.fromkeys(names, run)
         fig = figure(runs, dict.fromkeys(names, tags), 0.0, panel_columns(runs, extra=False))
         fig.canvas.draw()  # laid out as saved
-        legend = fig.legends[0]
-        box = legend.get_window_extent(fig.canvas.get_renderer())
+        legend, renderer = fig.legends[0], fig.canvas.get_renderer()
+        box = legend.get_window_extent(renderer)
         assert [text.get_text() for text in legend.get_texts()] == [f"{name} (5 steps)" for name in names]
         assert 0 <= box.x0 and box.x1 <= fig.bbox.width  # every label inside the figure, none cut at its edges
         # as many columns as fit: 2 of these 8 long names a row (4 did not fit), short names side by side
-        renderer = fig.canvas.get_renderer()
         assert len({round(text.get_window_extent(renderer).y0) for text in legend.get_texts()}) == rows
         plt.close(fig)
 
