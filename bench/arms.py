@@ -11,7 +11,9 @@ evaluation settings).
 `--budget_s S`: every arm gets the same S seconds of wall-clock, counted from its training process's start. Each run
 keeps every checkpoint (one per held-out evaluation, `--save_steps`), is stopped at S as Ctrl-C stops it, and is
 evaluated at its last checkpoint whose save finished within S (its `trainer_state.json`, written last, against the
-run's start); a run that finishes its steps within S is evaluated at its final model. Without it each arm runs its
+run's start), or with `--end_on_best_checkpoint` (the quickstart's PPO) at the best checkpoint by the held-out
+evaluation up to that one, where it would have ended; a run that finishes its steps within S is evaluated at its
+final model. Without it each arm runs its
 steps. Every arm evaluates held-out prompts while it trains (the quickstart's `grpo_eval` / `ppo_eval`), so each has a
 curve: `python plot_training_progress.py --log_dir <output_dir>/<arm> ...`.
 Arms run in the order given for an even seed and reversed for an odd one (the machine warms, other jobs come and go).
@@ -77,23 +79,33 @@ def arm_order(arms, seed):
     return list(arms) if seed % 2 == 0 else list(reversed(arms))
 
 
-def within_budget(folder, started, budget_s, stopped):
+def within_budget(folder, started, budget_s, stopped, best=False):
     """(The model to evaluate, seconds from the run's start to its save): the final model of a run that finished on
     its own (not `stopped`; seconds None), else the last complete checkpoint whose `trainer_state.json` (written
-    last) was saved within `budget_s` of `started` (a time.time()); (None, None) where none was."""
+    last) was saved within `budget_s` of `started` (a time.time()); (None, None) where none was. `best` (a run with
+    `--end_on_best_checkpoint`, stopped): the best checkpoint by the held-out evaluation as that last checkpoint's
+    state names it (`best_model_checkpoint`: the best of those evaluated up to it), what the run would have ended on
+    had it ended there."""
     folder = Path(folder)
     final = (folder / "config.json").exists() or (folder / "adapter_config.json").exists()
     if final and not stopped:
         return folder, None
-    saved = []
+    saved = {}
     for child in folder.iterdir():
         if CHECKPOINT_RE.match(child.name) and child.is_dir() and is_complete(child):
             seconds = (child / "trainer_state.json").stat().st_mtime - started
             if budget_s is None or seconds <= budget_s:
-                saved.append((int(child.name.split("-")[1]), seconds, child))
+                saved[int(child.name.split("-")[1])] = seconds, child
     if not saved:
         return None, None
-    _, seconds, checkpoint = max(saved)
+    seconds, checkpoint = saved[max(saved)]
+    if best:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        named = state.get("best_model_checkpoint")
+        match = CHECKPOINT_RE.match(Path(named).name) if named else None
+        step = int(match.group(1)) if match else None
+        if step in saved:  # the best's own save finished within the budget too: it was saved earlier
+            seconds, checkpoint = saved[step]
     return checkpoint, seconds
 
 
@@ -256,15 +268,18 @@ def main(argv=None):
     for spec in order:
         name, _, flags = spec.partition("=")
         folder = out / name
-        started, seconds, stopped = run([script, *common, "--output_dir", folder, *settings[args.stage],
-                                         *shlex.split(flags)], budget_s=args.budget_s)
-        model, saved_s = within_budget(folder, started, args.budget_s, stopped)
+        command = [script, *common, "--output_dir", folder, *settings[args.stage], *shlex.split(flags)]
+        started, seconds, stopped = run(command, budget_s=args.budget_s)
+        ends_on_best = "--end_on_best_checkpoint" in command  # a stopped run is judged as it would have ended
+        model, saved_s = within_budget(folder, started, args.budget_s, stopped, best=ends_on_best)
         if model is None:
             sys.exit(f"error: arm {name} saved no checkpoint within --budget_s {args.budget_s}; raise it, or pass "
                      "a smaller --save_steps in the arm's flags")
-        step, tokens, tokens_from = tokens_up_to(folder, model)
         run_report = json.loads((folder / "run_report.json").read_text()) if (folder / "run_report.json").exists() \
             else {}
+        taken_from = (run_report.get("final_model") or {}).get("checkpoint") if model == folder else None
+        # A final model taken from the best checkpoint counts that checkpoint's step and tokens
+        step, tokens, tokens_from = tokens_up_to(folder, taken_from or model)
         arms[name] = {"flags": flags, "seconds": round(seconds, 1), "stopped": stopped, "model": str(model),
                       "step": step, "saved_s": round(seconds if saved_s is None else saved_s, 1),
                       "generated_tokens": tokens, "generated_tokens_from": tokens_from,

@@ -45,6 +45,24 @@ def test_an_arm_is_evaluated_at_its_last_checkpoint_saved_within_the_budget(run)
     assert arms.within_budget(run, STARTED, 30, stopped=True) == (run / "checkpoint-4", 20)
 
 
+def test_a_stopped_arm_that_ends_on_its_best_checkpoint_is_evaluated_at_the_best_saved_within_the_budget(run):
+    def names_best(step, best):
+        state = run / f"checkpoint-{step}" / "trainer_state.json"
+        saved_at = state.stat().st_mtime
+        state.write_text(json.dumps({"global_step": step, "log_history": [], "best_model_checkpoint": best}))
+        os.utime(state, (saved_at, saved_at))
+
+    names_best(4, str(run / "checkpoint-2"))  # step 2's evaluation was the best up to step 4
+    names_best(8, str(run / "checkpoint-8"))
+    assert arms.within_budget(run, STARTED, 30, stopped=True, best=True) == (run / "checkpoint-2", 10)
+    assert arms.within_budget(run, STARTED, 30, stopped=True) == (run / "checkpoint-4", 20)  # without the flag
+    assert arms.within_budget(run, STARTED, 35, stopped=True, best=True) == (run / "checkpoint-8", 35)
+    names_best(4, None)  # no evaluation named a best yet: the last checkpoint, as without the flag
+    assert arms.within_budget(run, STARTED, 30, stopped=True, best=True) == (run / "checkpoint-4", 20)
+    (run / "config.json").write_text("{}")  # finished on its own: its final model already holds the best's weights
+    assert arms.within_budget(run, STARTED, 30, stopped=False, best=True) == (run, None)
+
+
 def test_an_evaluated_arm_keeps_the_evaluated_weights_and_no_optimizer_state(run):
     evaluated = run / "checkpoint-4"
     for folder in (evaluated, evaluated / "value_model"):
