@@ -13,8 +13,9 @@ keeps every checkpoint (one per held-out evaluation, `--save_steps`), is stopped
 evaluated at its last checkpoint whose save finished within S (its `trainer_state.json`, written last, against the
 run's start), or with `--end_on_best_checkpoint` (the quickstart's PPO) at the best checkpoint by the held-out
 evaluation up to that one, where it would have ended; a run that finishes its steps within S is evaluated at its
-final model. Without it each arm runs its steps. Every arm evaluates held-out prompts while it trains (the quickstart's `grpo_eval` / `ppo_eval`), so each has a
-curve: `python plot_training_progress.py --log_dir <output_dir>/<arm> ...`.
+final model. Without it each arm runs its steps. Every arm evaluates held-out prompts while it trains (the
+quickstart's `grpo_eval` / `ppo_eval`), so each has a curve: `python plot_training_progress.py --log_dir
+<output_dir>/<arm> ...`.
 Arms run in the order given for an even seed and reversed for an odd one (the machine warms, other jobs come and go).
 Each arm's order, time, evaluated step, generated completion tokens up to it (rlhf.evaluation.metrics.generated_tokens:
 counted for PPO, estimated for GRPO), peak memory and the evaluation's figures go to `arms.json` in `--output_dir`.
