@@ -41,7 +41,7 @@ from rlhf.evaluation.report import (
     scoring_record,
 )
 from rlhf.evaluation.stats import compare, summarize
-from rlhf.lifecycle.manifest import LIBRARIES, read_manifest, versions
+from rlhf.lifecycle.manifest import LIBRARIES, hidden, read_manifest, versions
 from rlhf.lifecycle.signals import Interrupted, StopOnSignal
 from rlhf.models import load_causal_lm, load_tokenizer, reward_model_dtype, sampling_note, stop_token_ids
 from rlhf.processes import on_gpu
@@ -179,7 +179,10 @@ def run_stops(path, model, tokenizer):
     --stop_token_id X` (read from the run's run_manifest.json, which an adapter folder has too), else the tokenizer's
     EOS and every end the model's generation config declares; and the note line that says a run's own, or None."""
     trained = read_manifest(path).get("config", {}).get("PPOTrainingConfig", {}) if Path(path).is_dir() else {}
-    if trained.get("stop_token", "eos") == "eos":
+    stop_token = trained.get("stop_token", "eos")
+    if hidden("stop_token", stop_token):  # not recorded: --stop_token_id is given only with --stop_token none
+        stop_token = "eos" if trained.get("stop_token_id") is None else None
+    if stop_token == "eos":
         return stop_token_ids(tokenizer, model), None
     stops = stop_token_ids(tokenizer, model, None, trained.get("stop_token_id"))
     ending = f"--stop_token_id {stops[0]} alone" if stops else "no token (to the length limit)"

@@ -689,24 +689,39 @@ def test_a_judge_with_its_own_tokenizer_scores_beside_the_verifier_when_no_rewar
 
 def test_a_model_is_evaluated_ending_its_completions_where_its_training_did(tiny_models, end_of_turn_models, tmp_path):
     """After PPO with `--stop_token none --stop_token_id X`, the evaluation stopped at EOS and X (and an adapter folder
-    lost X): it reads the run's own stop from its run_manifest.json."""
+    lost X): it reads the run's own stop from its run_manifest.json, as the run records it (transformers' `to_dict`
+    writes every `*_token` field as a mask, "<STOP_TOKEN>": the manifest keeps the setting, the Hub's token hidden)."""
     import json
     import shutil
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from config import PPOModelArguments, PPOTrainingConfig, PromptDataArguments
     from evaluate_generations import run_stops
+    from rlhf.cli import parse_args
+    from rlhf.lifecycle.manifest import MANIFEST, record_launch
 
     tokenizer = AutoTokenizer.from_pretrained(end_of_turn_models["policy"])
     model = AutoModelForCausalLM.from_pretrained(end_of_turn_models["policy"])
     eos, eot = tokenizer.eos_token_id, end_of_turn_models["end_of_turn"]
     assert run_stops(end_of_turn_models["policy"], model, tokenizer) == (tuple(sorted({eos, eot})), None)  # no run
     adapter = shutil.copytree(end_of_turn_models["adapter"], tmp_path / "adapter")
-    for stop_token, stop_token_id, stops in (("eos", None, tuple(sorted({eos, eot}))), (None, eot, (eot,)),
-                                             (None, None, ())):
-        config = {"PPOTrainingConfig": {"stop_token": stop_token, "stop_token_id": stop_token_id}}
-        (adapter / "run_manifest.json").write_text(json.dumps({"config": config}))
+    both = tuple(sorted({eos, eot}))
+    for flags, stops in (([], both), (["--stop_token", "none", "--stop_token_id", str(eot)], (eot,)),
+                         (["--stop_token", "none"], ())):
+        (adapter / MANIFEST).unlink(missing_ok=True)
+        ppo = parse_args((PPOModelArguments, PromptDataArguments, PPOTrainingConfig), flags)[-1]
+        ppo.hub_token = "hf_secret"
+        record_launch(adapter, "train_ppo.py", [ppo])  # as train_ppo.py records its run
+        written = (adapter / MANIFEST).read_text()
+        assert "hf_secret" not in written and "<HUB_TOKEN>" in written  # the Hub's token stays hidden
         got, note = run_stops(adapter, model, tokenizer)
-        assert got == stops and (note is None) == (stop_token == "eos")
+        assert got == stops and (note is None) == (not flags)
     assert note == (f"note: {adapter} was trained with its completions ending at no token (to the length limit) (its "
                     "run_manifest.json): evaluated so")
+    # A manifest with the mask: --stop_token_id is given only with --stop_token none, so without it the run ended
+    # at EOS, the default.
+    for stop_token_id, stops in ((None, both), (eot, (eot,))):
+        config = {"PPOTrainingConfig": {"stop_token": "<STOP_TOKEN>", "stop_token_id": stop_token_id}}
+        (adapter / MANIFEST).write_text(json.dumps({"config": config}))
+        assert run_stops(adapter, model, tokenizer)[0] == stops

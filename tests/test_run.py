@@ -225,6 +225,8 @@ def test_changed_flags_compares_only_what_both_sides_have():
     old = {"A": {"x": 1, "y": 2}}
     assert changed_flags(old, {"A": {"x": 1, "y": 3, "new_flag": 0}}) == {"y": [2, 3]}
     assert changed_flags(old, {"B": {"x": 5}}) == {}
+    # transformers' mask of a `*_token` field is no value to compare: a run recorded with it resumes
+    assert changed_flags({"A": {"stop_token": "<STOP_TOKEN>"}}, {"A": {"stop_token": "eos"}}) == {}
 
 
 def test_unwritable_output_dir_is_a_user_error(tmp_path):

@@ -21,6 +21,7 @@ from rlhf.processes import is_main_process, launched_processes, on_gpu
 
 MANIFEST = "run_manifest.json"
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
+SECRETS = ("hub_token",)  # fields the manifest keeps hidden, as TrainingArguments.to_dict writes them
 
 
 def config_sections(configs):
@@ -31,13 +32,14 @@ def config_sections(configs):
 def changed_flags(old, new):
     """{flag: [old value, new value]} for every field of `new` whose value differs from `old` (manifest sections).
 
-    Fields that `old` does not have (a flag added by a later version of this package) are not compared.
+    Fields that `old` does not have (a flag added by a later version of this package), or has hidden (`hidden`), are
+    not compared.
     """
     changes = {}
     for section, values in new.items():
         before = old.get(section, {})
         for flag, value in values.items():
-            if flag in before and before[flag] != value:
+            if flag in before and before[flag] != value and not hidden(flag, before[flag]):
                 changes[flag] = [before[flag], value]
     return changes
 
@@ -151,9 +153,21 @@ def checkpoint_recorder():
 
 
 def _jsonable(config):
-    if hasattr(config, "to_dict"):  # TrainingArguments hides tokens and serialises enums
-        return config.to_dict()
-    return dataclasses.asdict(config)
+    if not hasattr(config, "to_dict"):
+        return dataclasses.asdict(config)
+    # TrainingArguments.to_dict serialises enums and writes every field named `*_token` as "<NAME>", meaning the
+    # Hub's secret; PPO's --stop_token is a setting (where completions end), recorded as it is.
+    found = config.to_dict()
+    for name in found:
+        if name.endswith("_token") and name not in SECRETS:
+            found[name] = getattr(config, name)
+    return found
+
+
+def hidden(flag, value):
+    """Whether a manifest's `value` of `flag` is transformers' mask ("<FLAG>"), not the setting: the Hub's token,
+    and any `*_token` field of a manifest whose writer masked them all."""
+    return value == f"<{flag.upper()}>"
 
 
 def versions(libraries=LIBRARIES):
