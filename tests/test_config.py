@@ -802,3 +802,24 @@ def test_each_config_names_steps_the_parser_settles_and_each_step_is_named():
              for step in getattr(cls, "_settled", ())}
     assert named == set(SETTLE)
     assert config.PPOModelArguments._settled == config.ModelArguments._settled  # the same LoRA note
+
+
+def test_the_manifest_records_every_setting_as_it_is_and_hides_the_hubs_token():
+    """transformers' `to_dict` masks every `*_token` field ("<STOP_TOKEN>"); the manifest keeps the settings among
+    them (PPO's --stop_token, the reward model's --pad_token and --eos_token), which the evaluation and a resume
+    read, and hides the Hub's token alone."""
+    from config import PreferenceDataArguments, RewardTrainingConfig
+    from rlhf.lifecycle.manifest import config_sections
+
+    runs = ((GRPO_TYPES, [], {}),
+            (PPO_TYPES, ["--stop_token", "none", "--stop_token_id", "2"], {"stop_token": None, "stop_token_id": 2}),
+            ((ModelArguments, PreferenceDataArguments, RewardTrainingConfig),
+             ["--pad_token", "<pad>", "--eos_token", "</s>"], {"pad_token": "<pad>", "eos_token": "</s>"}))
+    for types, flags, expected in runs:
+        configs = parse_args(types, flags)
+        configs[-1].hub_token = "hf_secret"
+        sections = config_sections(configs)
+        training = sections[type(configs[-1]).__name__]
+        masked = {name for values in sections.values() for name, value in values.items()
+                  if value == f"<{name.upper()}>"}
+        assert masked == {"hub_token"} and {name: training[name] for name in expected} == expected
