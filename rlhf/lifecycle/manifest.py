@@ -156,7 +156,8 @@ def _jsonable(config):
     if not hasattr(config, "to_dict"):
         return dataclasses.asdict(config)
     # TrainingArguments.to_dict serialises enums and writes every field named `*_token` as "<NAME>", meaning the
-    # Hub's secret; PPO's --stop_token is a setting (where completions end), recorded as it is.
+    # Hub's secret; the others are settings (PPO's --stop_token, the reward model's --pad_token and --eos_token),
+    # recorded as they are.
     found = config.to_dict()
     for name in found:
         if name.endswith("_token") and name not in SECRETS:
