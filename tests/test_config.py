@@ -809,7 +809,7 @@ def test_the_manifest_records_every_setting_as_it_is_and_hides_the_hubs_token():
     them (PPO's --stop_token, the reward model's --pad_token and --eos_token), which the evaluation and a resume
     read, and hides the Hub's token alone."""
     from config import PreferenceDataArguments, RewardTrainingConfig
-    from rlhf.lifecycle.manifest import config_sections
+    from rlhf.lifecycle.manifest import config_sections, hidden
 
     runs = ((GRPO_TYPES, [], {}),
             (PPO_TYPES, ["--stop_token", "none", "--stop_token_id", "2"], {"stop_token": None, "stop_token_id": 2}),
@@ -820,6 +820,5 @@ def test_the_manifest_records_every_setting_as_it_is_and_hides_the_hubs_token():
         configs[-1].hub_token = "hf_secret"
         sections = config_sections(configs)
         training = sections[type(configs[-1]).__name__]
-        masked = {name for values in sections.values() for name, value in values.items()
-                  if value == f"<{name.upper()}>"}
+        masked = {name for values in sections.values() for name, value in values.items() if hidden(name, value)}
         assert masked == {"hub_token"} and {name: training[name] for name in expected} == expected
