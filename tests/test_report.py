@@ -67,6 +67,39 @@ def test_a_report_names_the_best_checkpoint_and_lists_alarms(tmp_path):
         tmp_path / "run_report.md").read_text()
 
 
+@pytest.mark.parametrize(("best", "says"), [(0.0625, True), (0.15625, True), (0.25, False)])
+def test_ending_on_a_best_checkpoint_no_better_than_step_0_says_the_start_is_at_least_as_good(
+        tiny_models, tmp_path, capsys, best, says):
+    """Seed 108's math PPO: the first checkpoint (step 3) was its best and below step 0's evaluation (a tie is no
+    better either). The final model gets that checkpoint's weights all the same, and the line and the record say so."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    checkpoint = tmp_path / "checkpoint-3"
+    AutoModelForCausalLM.from_pretrained(tiny_models["policy"]).save_pretrained(checkpoint)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    history = [{"eval/accuracy": 0.15625, "step": 0}, {"loss": 0.1, "step": 3}, {"eval/accuracy": best, "step": 3},
+               {"eval/accuracy": 0.0, "step": 6}]
+    state = State(history, best=str(checkpoint), metric=best)
+    state.best_global_step, state.global_step = 3, 6
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["policy"])
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    run_report = SimpleNamespace(final_model=None)
+
+    assert report.end_on_best_checkpoint(run_report, model, state) == checkpoint
+    saved = AutoModelForCausalLM.from_pretrained(checkpoint)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), saved.state_dict().values()))
+    line = run_report.final_model["line"]
+    assert line.startswith(f"ended on the best checkpoint by the held-out evaluation, checkpoint-3 (eval/accuracy "
+                           f"{best:.4g} at step 3 of 6)")
+    clause = ("No checkpoint beat the starting policy (eval/accuracy 0.1562 at step 0): by this evaluation the model "
+              "the run started from (--model_name_or_path) is at least as good")
+    assert (clause in line) is says and (clause in capsys.readouterr().out) is says
+
+
 def test_settings_come_from_the_configs_and_the_engine_from_the_manifest():
     class Model:
         model_name_or_path, seed = "m", 3

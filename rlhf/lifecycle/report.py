@@ -214,12 +214,22 @@ def end_on_best_checkpoint(report, model, state, adapter=False, kept=""):
         metric = best_metric_name(evaluation) if evaluation else None
         line = (f"ended on the best checkpoint by the held-out evaluation, {checkpoint.name} ({metric} "
                 f"{state.best_metric:.4g} at step {step} of {state.global_step}): the final model holds its weights"
-                + (f"; {kept}" if kept else ""))
+                + (f"; {kept}" if kept else "") + no_better_than_the_start(state, metric))
         record = {"checkpoint": str(checkpoint), "step": step, "metric": metric, "value": state.best_metric}
     report.final_model = {**record, "last_step": state.global_step, "line": line}
     if is_main_process():
         print(line[0].upper() + line[1:], flush=True)
     return checkpoint
+
+
+def no_better_than_the_start(state, metric):
+    """Where no checkpoint beat the starting policy's held-out evaluation at step 0 (the first checkpoint comes later,
+    so ending on the best cannot give the start back): the clause that says so, else ''."""
+    start = next((entry[metric] for entry in state.log_history if entry.get("step") == 0 and metric in entry), None)
+    if start is None or state.best_metric > start:
+        return ""
+    return (f". No checkpoint beat the starting policy ({metric} {start:.4g} at step 0): by this evaluation the "
+            "model the run started from (--model_name_or_path) is at least as good")
 
 
 def report_callback(report):
