@@ -112,11 +112,15 @@ def read_scalars(event_files):
     points = {}
     for path in event_files:
         for tag, events in read_event_file(path)[1].items():
-            merged = points.setdefault(tag, {})
             for step, (wall_time, value) in events.items():
-                if step not in merged or merged[step][0] <= wall_time:
-                    merged[step] = (wall_time, value)
+                keep_latest(points.setdefault(tag, {}), step, wall_time, value)
     return points
+
+
+def keep_latest(merged, step, wall_time, value):
+    """Put (wall_time, value) at `step` in `merged` unless a later-written value is there already."""
+    if step not in merged or merged[step][0] <= wall_time:
+        merged[step] = (wall_time, value)
 
 
 def read_event_file(path):
@@ -130,10 +134,8 @@ def read_event_file(path):
     accumulator.Reload()
     points = {}
     for tag in accumulator.Tags()["scalars"]:
-        merged = points.setdefault(tag, {})
         for event in accumulator.Scalars(tag):
-            if event.step not in merged or merged[event.step][0] <= event.wall_time:
-                merged[event.step] = (event.wall_time, event.value)
+            keep_latest(points.setdefault(tag, {}), event.step, event.wall_time, event.value)
     return accumulator.FirstEventTimestamp(), points
 
 
