@@ -112,8 +112,9 @@ def read_scalars(event_files):
     points = {}
     for path in event_files:
         for tag, events in read_event_file(path)[1].items():
+            merged = points.setdefault(tag, {})
             for step, (wall_time, value) in events.items():
-                keep_latest(points.setdefault(tag, {}), step, wall_time, value)
+                keep_latest(merged, step, wall_time, value)
     return points
 
 
@@ -134,8 +135,9 @@ def read_event_file(path):
     accumulator.Reload()
     points = {}
     for tag in accumulator.Tags()["scalars"]:
+        merged = points.setdefault(tag, {})
         for event in accumulator.Scalars(tag):
-            keep_latest(points.setdefault(tag, {}), event.step, event.wall_time, event.value)
+            keep_latest(merged, event.step, event.wall_time, event.value)
     return accumulator.FirstEventTimestamp(), points
 
 
