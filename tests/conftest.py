@@ -47,6 +47,19 @@ def pytest_cmdline_main(config):
         config.option.dist = "loadgroup"
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, where it is installed
+def pytest_configure_node(node):
+    """A worker parses the command line again (where no `--dist` was given): tell it that the tests go out in
+    groups, so that it names each test's group (`pytest_configure` below)."""
+    node.workerinput["loadgroup"] = node.config.option.dist == "loadgroup"
+
+
+def pytest_configure(config):
+    if getattr(config, "workerinput", {}).get("loadgroup"):
+        config.option.loadgroup = True  # what xdist sets in a worker from a `--dist loadgroup` given as a flag
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own in a worker, which names each test's group from these marks
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: a file keeps its order
