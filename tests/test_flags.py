@@ -102,7 +102,8 @@ def test_a_stale_table_is_not_used(monkeypatch):
 
 
 # A script run as a user runs it, that fails if it imported torch.
-WITHOUT_TORCH = ("import runpy, sys\nsys.argv = sys.argv[1:]\n"
+WITHOUT_TORCH = ("import os, runpy, sys\nsys.argv = sys.argv[1:]\n"
+                 "sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))\n"  # as `python script.py` does
                  "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
                  "finally:\n    assert 'torch' not in sys.modules, 'torch was imported'\n")
 
@@ -117,6 +118,20 @@ def test_help_and_a_bad_flag_come_before_torch_loads(args, code):
         assert result.stderr.splitlines() == ["error: argument --seed: invalid int value: 'abc'; see --help"]
     else:
         assert result.stdout.startswith("usage: python train_grpo.py") and not result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, line", [
+    (["--smoothing", "2"], "error: --smoothing must be in [0, 1) (e.g. 0.6), got 2.0"),
+    (["--log_dir", "no_such_run"],
+     "error: --log_dir no_such_run does not exist; pass the output_dir of a training run"),
+])
+def test_the_plots_refusals_come_before_torch_loads(args, line, tmp_path):
+    """The plot's configs are its own (no TRL config): its whole parsing, its config's checks and its folders' are
+    refused without torch, transformers' trainer or TRL's trainers."""
+    result = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, str(ROOT / "plot_training_progress.py"), *args],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.splitlines() == [line], result.stderr[-2000:]
 
 
 def test_a_checkout_with_windows_line_ends_finds_its_tables_fresh(tmp_path, monkeypatch):
