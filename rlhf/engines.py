@@ -153,7 +153,8 @@ def resolve_machine(training):
     """What the launch makes of the machine, in one place, before transformers sets its devices up from `training`
     (the training arguments): [(field, value, why, said always)], `why` None for a value set without a note.
     Refuses an engine launch that would train as something else (`check_engine_launch`), and --bf16 where the
-    machine has no bfloat16 (transformers' own refusal names no flag)."""
+    machine has no bfloat16 (transformers' own refusal names no flag). DeepSpeed on CPU processes compiles no kernel
+    that training does not use (`skip_deepspeeds_shared_memory_kernel`)."""
     from rlhf import processes
 
     check_engine_launch()
@@ -164,6 +165,9 @@ def resolve_machine(training):
             # (use_cpu would train as plain DDP), and its other path finds no backend without a GPU unless told.
             if training.ddp_backend is None:
                 changes.append(("ddp_backend", "gloo", "DeepSpeed on CPU processes: they talk over gloo", True))
+            from rlhf.trl_compat import skip_deepspeeds_shared_memory_kernel
+
+            skip_deepspeeds_shared_memory_kernel()  # compiled at start, for inference only
         else:
             # Several processes on a machine without a GPU (torchrun / accelerate launch on CPU): without use_cpu,
             # transformers starts no process group and every process would train alone on all the data.

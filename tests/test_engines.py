@@ -28,10 +28,10 @@ def launched(test):
     return pytest.mark.slow(NEEDS_DEEPSPEED(test))
 
 
-def launch(config, script, *args, cpu=False):
+def launch(config, script, *args, cpu=False, env=()):
     """`accelerate launch --config_file configs/accelerate/<config>.yaml --mixed_precision no --num_processes 2`."""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "false", **dict(env)}
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                f"configs/accelerate/{config}.yaml", *(["--cpu"] if cpu else []), "--mixed_precision", "no",
                "--num_processes", "2", script, *map(str, args)]
@@ -51,14 +51,17 @@ def engine(output_dir):
 def test_grpo_under_zero2_says_so_saves_a_loadable_model_and_continues(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    out = tmp_path / "grpo"
-    result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2"))
+    out, kernels = tmp_path / "grpo", tmp_path / "torch_extensions"
+    result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "2"),
+                    env={"TORCH_EXTENSIONS_DIR": str(kernels)})
     assert_ok(result)
     line = "engine: DeepSpeed ZeRO-2 (optimizer state and gradients sharded over 2 processes)"
     assert result.stdout.count(line) == 1
     assert engine(out) == {"distributed_type": "DEEPSPEED", "num_processes": 2, "zero_stage": 2,
                            "sharded": ["optimizer state", "gradients"]}
     AutoModelForCausalLM.from_pretrained(out)
+    # DeepSpeed's shared-memory all-reduce, for inference only, was not compiled (35-65 s on 2 cores).
+    assert not kernels.exists() or not any(kernels.rglob("*.so")), sorted(kernels.rglob("*"))
 
     result = launch("deepspeed_zero2", "train_grpo.py", *grpo_args(tiny_models, out, "--max_steps", "4"))
     assert_ok(result)

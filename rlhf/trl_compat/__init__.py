@@ -59,6 +59,18 @@ KNOWN_WARNINGS = [
 ]
 
 
+def skip_deepspeeds_shared_memory_kernel():
+    """Keep DeepSpeed on CPU processes (DS_ACCELERATOR=cpu) from compiling its shared-memory all-reduce. Its torch
+    backend builds that C++ kernel as it starts (`deepspeed.comm.torch.TorchBackend`, deepspeed 0.19.8) for
+    `inference_all_reduce`, which training never calls: a first launch on a machine spent 35-65 s of 2 cores in the
+    compiler, and one without a C++ compiler and OpenMP fails. Marked not compatible in DeepSpeed's own table of ops
+    (edits to it persist, `deepspeed.ops.__compatible_ops__`), the kernel is not built: DeepSpeed's fallback, the
+    process group's all-reduce, is what training uses anyway."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def _silence_known_warnings():
     """Silence `KNOWN_WARNINGS`, each where it arises, and DeepSpeed's guess of the CPU (`DeepSpeedGuessesCPU`)."""
     for message, category, module in KNOWN_WARNINGS:
@@ -127,7 +139,8 @@ _WHERE = {
     "add_reward_func": "rlhf.trl_compat.grpo",
 }
 
-__all__ = ["TRL_VERSIONS", "ReachedTheEnd", "TrlParser", "check_trl_version", "close_progress_bar", "say", *_WHERE]
+__all__ = ["TRL_VERSIONS", "ReachedTheEnd", "TrlParser", "check_trl_version", "close_progress_bar", "say",
+           "skip_deepspeeds_shared_memory_kernel", *_WHERE]
 
 
 def __getattr__(name):
