@@ -8,8 +8,9 @@ config is a flag too) is at the end: `GRPOTrainingConfig`, `PPOTrainingConfig`, 
 subclass of TRL's config that declares the fields it adds or whose default differs.
 
 These classes declare and check, nothing else: each `__post_init__` derives from its own fields and raises
-ValueError naming the flag, the value and the rule (the checks: `rlhf/fields/checks.py`; a field several classes
-declare alike is `shared(name)`, declared once in `rlhf/fields/shared.py`). What the launch and the machine decide
+ValueError naming the flag, the value and the rule (the checks: `rlhf/fields/checks.py`, one function per class,
+which the scripts also run on their flags before the heavy imports; a field several classes declare alike is
+`shared(name)`, declared once in `rlhf/fields/shared.py`). What the launch and the machine decide
 (CPU processes, TF32, GRPO's and PPO's batches in TRL's terms, `rlhf.batches`) and every `note:` line are settled by
 `rlhf/cli.py` while parsing, before these classes are built (each class names its steps in `_settled`); what needs
 installed packages or the models, by `rlhf/preflight.py`.
@@ -20,17 +21,16 @@ from typing import Literal
 
 from transformers import TrainingArguments
 
-from rlhf.batches import at_least, grpo_flags, ppo_flags
 from rlhf.fields.checks import (
-    apply_batch_flags,
+    check_data,
     check_dataset_source,
-    check_grpo,
-    check_grpo_rewards,
-    check_held_out,
+    check_evaluation,
+    check_grpo_config,
     check_model,
-    check_ppo,
-    check_sampling,
-    check_training_run,
+    check_ppo_config,
+    check_preference_data,
+    check_prompt_data,
+    check_reward_config,
 )
 from rlhf.fields.shared import HELD_OUT_FIELDS, RUN_FIELDS, shared, with_shared
 from rlhf.models import DEFAULT_LORA_TARGETS
@@ -86,10 +86,6 @@ class ModelArguments(ModelConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        # TRL turns a one-name list into a string, and so does a YAML scalar (`lora_target_modules: q_proj`); PEFT
-        # would read that string as a pattern for the whole module name. Commas separate names too.
-        names = [self.lora_target_modules] if isinstance(self.lora_target_modules, str) else self.lora_target_modules
-        self.lora_target_modules = [part for name in names for part in str(name).replace(",", " ").split()]
         check_model(self)
 
 
@@ -126,8 +122,7 @@ class DataArguments(DatasetSource):
     )
 
     def __post_init__(self):
-        super().__post_init__()
-        at_least(self, 0, "max_samples")
+        check_data(self)
 
 
 @dataclass
@@ -156,8 +151,7 @@ class PromptDataArguments(PromptFormat, DataArguments):
     """Prompts for the RL scripts."""
 
     def __post_init__(self):
-        super().__post_init__()
-        at_least(self, 1, "max_prompt_length")
+        check_prompt_data(self)
 
 
 @dataclass
@@ -171,8 +165,7 @@ class PreferenceDataArguments(DataArguments):
     )
 
     def __post_init__(self):
-        super().__post_init__()
-        at_least(self, 0, "eval_samples")
+        check_preference_data(self)
 
 
 @dataclass
@@ -240,10 +233,7 @@ class EvalArguments(PromptFormat, Sampling, DatasetSource):
     )
 
     def __post_init__(self):
-        super().__post_init__()
-        check_sampling(self)
-        at_least(self, 1, "max_prompt_length", "num_prompts", "num_completions", "max_new_tokens", "batch_size")
-        at_least(self, 0, "train_samples")
+        check_evaluation(self)
 
 
 # ---- Each training script's config: a subclass of TRL's trainer config (PPO: of transformers' TrainingArguments, with
@@ -380,13 +370,7 @@ class GRPOTrainingConfig(GRPOConfig):
     save_steps: float = field(default=50, metadata={"help": "Save a checkpoint every N optimizer steps."})
 
     def __post_init__(self):
-        check_grpo(self)
-        apply_batch_flags(self, grpo_flags)
-        if self.gradient_accumulation_steps is None:  # TRL's batch flags as they are, without it: TrainingArguments' 1
-            self.gradient_accumulation_steps = 1
-        check_grpo_rewards(self)
-        check_held_out(self)
-        check_training_run(self)
+        check_grpo_config(self)
         super().__post_init__()
 
 
@@ -574,13 +558,7 @@ class PPOTrainingConfig(TrainingArguments):
     response_length: int = field(default=256, init=False)
 
     def __post_init__(self):
-        self.response_length = self.max_completion_length  # what TRL's PPOTrainer generates to
-        if str(self.stop_token).lower() == "none":  # --stop_token none: completions end at --stop_token_id
-            self.stop_token = None
-        check_ppo(self)
-        apply_batch_flags(self, ppo_flags)
-        check_held_out(self)
-        check_training_run(self)
+        check_ppo_config(self)
         super().__post_init__()
 
     boxed_rewards = RewardArguments.boxed_rewards  # the same four fields, declared here too
@@ -610,6 +588,5 @@ class RewardTrainingConfig(RewardConfig):
     save_steps: float = field(default=100, metadata={"help": "Save a checkpoint every N optimizer steps."})
 
     def __post_init__(self):
-        at_least(self, 1, "max_length")
-        check_training_run(self)
+        check_reward_config(self)
         super().__post_init__()

@@ -96,7 +96,7 @@ class Parser:
             for key, value in (config.pop("env", None) or {}).items():  # TRL's `env:` section: environment variables
                 os.environ[key] = str(value)
             machine_notes = self._machine(values)
-            notes = _settle(values, self.dataclass_types) + machine_notes
+            notes = _settle(values, settled_steps(self.dataclass_types)) + machine_notes
             configs = self.parser.parse_dict(vars(values))  # each config checks its own fields (raises ValueError)
         except ValueError as error:  # raised by HfArgumentParser, rlhf.batches and the configs' __post_init__ checks
             raise UserError(str(error).splitlines()[0]) from None
@@ -141,13 +141,18 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "l
                "use_dora")
 
 
-def _settle(values, dataclass_types):
+def settled_steps(dataclass_types):
+    """The steps of `_settle` for configs of `dataclass_types`: each class names its own (`_settled`, keys of
+    `SETTLE`), run in the order of the classes and of their names."""
+    return list(dict.fromkeys(step for cls in dataclass_types for step in getattr(cls, "_settled", ())))
+
+
+def _settle(values, steps):
     """What the package settles from the flags before the configs are built, set on the parsed `values`, and the
-    note lines that say so or that a flag does nothing here: [(field, line, said always)]. Each config class names
-    its steps (`_settled`, keys of `SETTLE`), run in the order of the classes and of their names. The configs only
-    check their own fields; what needs the launch (the process count) is read here. The batches of GRPO and PPO in
-    TRL's terms come from `rlhf.batches` (TRL's GRPOConfig derives its generation batch from them as it is built)."""
-    steps = dict.fromkeys(step for cls in dataclass_types for step in getattr(cls, "_settled", ()))
+    note lines that say so or that a flag does nothing here: [(field, line, said always)], by the `steps` the
+    configs name (`settled_steps`). The configs only check their own fields; what needs the launch (the process
+    count) is read here. The batches of GRPO and PPO in TRL's terms come from `rlhf.batches` (TRL's GRPOConfig
+    derives its generation batch from them as it is built)."""
     return [note for step in steps for note in SETTLE[step](values)]
 
 
@@ -332,18 +337,40 @@ def parse_args(dataclass_types, args=None, description=None):
 
 
 def check_quickly(script, args):
-    """What parsing `args` would refuse while reading the flags (`read_flags`), from the script's flag table,
-    without the heavy imports; `--help` prints the table's help and exits. Nothing where the table is missing or
-    stale. What only the configs can check (their `__post_init__`), what the package settles (`_settle`) and what
-    the machine decides (`Parser._machine`) are left to the script's own parser, which runs next."""
+    """What parsing `args` would refuse, from the script's flag table, without the heavy imports: what reading the
+    flags refuses (`read_flags`), what settling them refuses (`_settle`: the batch arithmetic) and what the configs'
+    own checks refuse (`rlhf.fields.checks.CONFIG_CHECKS`, run on a copy of each config's fields); `--help` prints the
+    table's help and exits. Nothing where the table is missing or stale. The script's own parser runs next and
+    checks it all again, with what only it knows: TRL's and transformers' checks of their fields, and what the
+    machine decides (`Parser._machine`)."""
     table = flags.fresh_table(script)
     if table is None:
         return
     parser = flags.TableParser(table)
     try:
-        read_flags(parser, parser.actions, table["known"], args)
+        values = read_flags(parser, parser.actions, table["known"], args)[0]
+        _settle(values, table["settled"])
+        for config in table["configs"]:
+            _check_config(config, values)
     except ValueError as error:
         raise UserError(str(error).splitlines()[0]) from None
+
+
+def _check_config(config, values):
+    """Run a config's checks (`config`: its class name and fields, as the table holds them) on its fields' parsed
+    `values`. A value that only the script's parser reads right (a type the table does not name stays text) can
+    make a check fail otherwise than ValueError: that is left to the script's parser."""
+    from rlhf.fields.checks import CONFIG_CHECKS
+
+    check = CONFIG_CHECKS.get(config["checks"])
+    if check is None:
+        return
+    try:
+        check(argparse.Namespace(**{name: getattr(values, name) for name in config["fields"]}))
+    except ValueError:
+        raise
+    except Exception:  # e.g. a comparison of text with a number: the script's parser reads the value, then checks
+        return
 
 
 def read_flags(parser, actions, known, args):

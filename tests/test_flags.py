@@ -86,13 +86,57 @@ def test_the_flag_table_refuses_what_the_scripts_parser_refuses_in_the_same_line
         assert said == outcome(full, args), args
 
 
-@pytest.mark.parametrize("script, args", [("train_grpo", ["--learning_rate", "1e-6", "--use_lora", "--seed", "3"]),
-                                          ("train_ppo", ["--batch_size", "4", "--target_kl", "none"]),
-                                          ("train_reward_model", ["--max_steps", "2", "--bf16", "false"]),
-                                          ("plot_training_progress", [])])
-def test_the_flag_table_takes_a_good_command(script, args, monkeypatch):
-    assert outcome(lambda args: check_quickly(script, args), args) == ("ok", None)
-    assert outcome(heavy(script, monkeypatch), args) == ("ok", None)
+# Values each script's configs refuse (their checks, `rlhf.fields.checks.CONFIG_CHECKS`) or settling its flags
+# refuses (the batch arithmetic): the table refuses them too, before the heavy imports.
+VALUE_REFUSALS = {
+    "train_grpo": [["--temperature", "0"], ["--learning_rate", "abc"], ["--learning_rate", "-1"], ["--lora_r", "0"],
+                   ["--max_samples", "-1"], ["--max_prompt_length", "0"],
+                   ["--prompts_per_step", "3", "--prompts_per_generation", "4"],
+                   ["--eval_prompts", "4", "--save_steps", "10", "--eval_steps", "3"],
+                   ["--beta", "0", "--target_kl", "0.1"], ["--load_in_4bit"], ["--dataset_name", " "],
+                   ["--num_generations", "4", "--per_device_train_batch_size", "6"], ["--seed", "-1"],
+                   ["--end_on_best_checkpoint"], ["--eval_strategy", "steps"], ["--lora_target_modules", ","]],
+    "train_ppo": [["--lam", "2"], ["--kl_coef", "-1"], ["--stop_token", "eos", "--stop_token_id", "3"],
+                  ["--prompts_per_rollout", "6", "--per_device_train_batch_size", "4"], ["--critic_warmup", "-1"],
+                  ["--missing_eos_penalty", "-1"], ["--push_to_hub"], ["--max_steps", "0"], ["--top_p", "0"]],
+    "train_reward_model": [["--max_length", "0"], ["--eval_samples", "-1"], ["--save_steps", "0"],
+                           ["--lora_dropout", "1"], ["--model_revision", "v2"]],
+    "evaluate_generations": [["--num_prompts", "0"], ["--temperature", "-1"], ["--train_samples", "-1"],
+                             ["--dataset_config", "x"]],
+}
+# Commands each script takes (those of the README and the docs among them): the table refuses none of them.
+GOOD_COMMANDS = {
+    "train_grpo": [[], ["--learning_rate", "1e-6", "--use_lora", "--seed", "3"], ["--config", "configs/grpo.yaml"],
+                   ["--config", "configs/grpo_math_long.yaml"], ["--use_peft", "--lora_target_modules", "q_proj"],
+                   ["--prompts_per_step", "8", "--num_generations", "4", "--per_device_train_batch_size", "8"],
+                   ["--gradient_accumulation_steps", "2", "--per_device_train_batch_size", "8"],
+                   ["--eval_prompts", "16", "--save_steps", "10", "--end_on_best_checkpoint"], ["--warmup_steps", "4"],
+                   ["--use_dynamic_sampling", "--beta", "0.04", "--target_kl", "0.1"], ["--max_samples", "none"]],
+    "train_ppo": [[], ["--batch_size", "4", "--target_kl", "none"], ["--config", "configs/ppo.yaml"],
+                  ["--stop_token", "none", "--stop_token_id", "2"], ["--prompts_per_rollout", "8"],
+                  ["--reward_funcs", "boxed_answer", "--eval_prompts", "4", "--save_steps", "2"]],
+    "train_reward_model": [[], ["--max_steps", "2", "--bf16", "false"], ["--config", "configs/reward_model.yaml"]],
+    "evaluate_generations": [[], ["--model_path", "a", "b", "--num_prompts", "4", "--temperature", "0.5"]],
+    "plot_training_progress": [[]],
+}
+
+
+@pytest.mark.parametrize("script", VALUE_REFUSALS)
+def test_the_flag_table_refuses_the_values_the_configs_refuse_in_the_same_line(script, monkeypatch):
+    light, full = (lambda args: check_quickly(script, args)), heavy(script, monkeypatch)
+    for args in VALUE_REFUSALS[script]:
+        said = outcome(light, args)
+        assert said[0] == "error", f"{args}: the table took what the script's configs refuse"
+        assert said == outcome(full, args), args
+
+
+@pytest.mark.parametrize("script", GOOD_COMMANDS)
+def test_the_flag_table_takes_a_good_command(script, monkeypatch):
+    light, full = (lambda args: check_quickly(script, args)), heavy(script, monkeypatch)
+    monkeypatch.chdir(ROOT)
+    for args in GOOD_COMMANDS[script]:
+        assert outcome(full, args) == ("ok", None), args
+        assert outcome(light, args) == ("ok", None), args
 
 
 def test_a_stale_table_is_not_used(monkeypatch):
@@ -109,13 +153,17 @@ WITHOUT_TORCH = ("import os, runpy, sys\nsys.argv = sys.argv[1:]\n"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, code", [(["--help"], 0), (["--seed", "abc"], 2)])
-def test_help_and_a_bad_flag_come_before_torch_loads(args, code):
+@pytest.mark.parametrize("args, line", [
+    (["--help"], None),
+    (["--seed", "abc"], "error: argument --seed: invalid int value: 'abc'; see --help"),
+    (["--temperature", "0"], "error: --temperature must be > 0 for sampling, got 0.0."),  # the config's check
+])
+def test_help_and_a_bad_flag_come_before_torch_loads(args, line):
     result = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, "train_grpo.py", *args], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode == code, result.stderr[-2000:]
-    if code:
-        assert result.stderr.splitlines() == ["error: argument --seed: invalid int value: 'abc'; see --help"]
+    assert result.returncode == (2 if line else 0), result.stderr[-2000:]
+    if line:
+        assert result.stderr.splitlines() == [line]
     else:
         assert result.stdout.startswith("usage: python train_grpo.py") and not result.stderr
 

@@ -2,14 +2,20 @@
 
 Each raises ValueError naming the flag, the value and the rule: the parser turns it into one `error:` line. Nothing
 here prints or reads the machine or the installed packages; of the launch, `apply_batch_flags` reads the process
-count alone, as TRL's configs read `world_size`.
+count alone, as TRL's configs read `world_size`. `CONFIG_CHECKS` names each class's: the flag tables (`rlhf.flags`)
+run them on a script's flags before TRL, transformers and torch load, so that a refused value is said at once.
 """
 
-from rlhf.batches import at_least
+from rlhf.batches import at_least, grpo_flags, ppo_flags
 
 
 def check_model(config):
-    """`ModelArguments`: LoRA's settings, quantization only with LoRA, no Hub revision."""
+    """`ModelArguments` (after TRL's `ModelConfig` checks its own): LoRA's settings, quantization only with LoRA, no
+    Hub revision."""
+    # TRL turns a one-name list into a string, and so does a YAML scalar (`lora_target_modules: q_proj`); PEFT would
+    # read that string as a pattern for the whole module name. Commas separate names too.
+    names = [config.lora_target_modules] if isinstance(config.lora_target_modules, str) else config.lora_target_modules
+    config.lora_target_modules = [part for name in names for part in str(name).replace(",", " ").split()]
     at_least(config, 1, "lora_r")
     if not config.lora_target_modules:
         raise ValueError("--lora_target_modules needs a module name (e.g. q_proj v_proj) or all-linear.")
@@ -38,6 +44,32 @@ def check_dataset_source(config):
     for name in ("dataset_streaming", "ignore_bias_buffers"):
         if getattr(config, name):
             raise ValueError(f"--{name} is not supported by this package; drop it.")
+
+
+def check_data(config):
+    """`DataArguments`: its source, and how many rows are read."""
+    check_dataset_source(config)
+    at_least(config, 0, "max_samples")
+
+
+def check_prompt_data(config):
+    """`PromptDataArguments` (GRPO, PPO)."""
+    check_data(config)
+    at_least(config, 1, "max_prompt_length")
+
+
+def check_preference_data(config):
+    """`PreferenceDataArguments` (the reward model)."""
+    check_data(config)
+    at_least(config, 0, "eval_samples")
+
+
+def check_evaluation(config):
+    """`EvalArguments` (evaluate_generations.py)."""
+    check_dataset_source(config)
+    check_sampling(config)
+    at_least(config, 1, "max_prompt_length", "num_prompts", "num_completions", "max_new_tokens", "batch_size")
+    at_least(config, 0, "train_samples")
 
 
 def check_sampling(config):
@@ -118,6 +150,34 @@ def check_held_out(config):
                          "--save_steps).")
 
 
+def check_grpo_config(config):
+    """`GRPOTrainingConfig` (before TRL's `GRPOConfig` checks its own and derives its generation batch)."""
+    check_grpo(config)
+    apply_batch_flags(config, grpo_flags)
+    if config.gradient_accumulation_steps is None:  # TRL's batch flags as they are, without it: TrainingArguments' 1
+        config.gradient_accumulation_steps = 1
+    check_grpo_rewards(config)
+    check_held_out(config)
+    check_training_run(config)
+
+
+def check_ppo_config(config):
+    """`PPOTrainingConfig` (before transformers' `TrainingArguments` checks its own)."""
+    config.response_length = config.max_completion_length  # what TRL's PPOTrainer generates to
+    if str(config.stop_token).lower() == "none":  # --stop_token none: completions end at --stop_token_id
+        config.stop_token = None
+    check_ppo(config)
+    apply_batch_flags(config, ppo_flags)
+    check_held_out(config)
+    check_training_run(config)
+
+
+def check_reward_config(config):
+    """`RewardTrainingConfig` (before TRL's `RewardConfig` checks its own)."""
+    at_least(config, 1, "max_length")
+    check_training_run(config)
+
+
 def check_grpo(config):
     """`GRPOTrainingConfig`'s sampling, clip range and adaptive KL, before its batches are translated."""
     check_sampling(config)
@@ -172,3 +232,19 @@ def check_ppo(config):
     if config.stop_token and config.stop_token_id is not None:
         raise ValueError(f"--stop_token {config.stop_token} and --stop_token_id {config.stop_token_id} both set where "
                          "completions end; give one (--stop_token none --stop_token_id ID)")
+
+
+# Each config class's checks (its parents' included), by the class's name: its `__post_init__` runs them (a subclass,
+# its nearest parent's), and `rlhf.cli.check_quickly` runs those of a script's configs on its flags, from the
+# script's flag table, before the heavy imports.
+CONFIG_CHECKS = {
+    "ModelArguments": check_model,
+    "DatasetSource": check_dataset_source,
+    "DataArguments": check_data,
+    "PromptDataArguments": check_prompt_data,
+    "PreferenceDataArguments": check_preference_data,
+    "EvalArguments": check_evaluation,
+    "GRPOTrainingConfig": check_grpo_config,
+    "PPOTrainingConfig": check_ppo_config,
+    "RewardTrainingConfig": check_reward_config,
+}

@@ -3,9 +3,11 @@
 A script's parser is built from its configs, subclasses of TRL's, so building it imports TRL, transformers and torch
 (seconds). The table holds what that parser knows, written by `python -m rlhf.flags.write`: its `--help` text, its
 actions (options, dest, nargs, default, choices, type) and the names each flag answers to (`known`). `rlhf.cli` reads
-it before the heavy imports: `--help` and the refusals made while reading the flags come at once (`TableParser`). A
-table is used only while it is fresh: the same Python, TRL, transformers, peft, accelerate and torch release, and the
-same source files (`SOURCES`, the script); otherwise parsing takes the heavy path alone, which is always right.
+it before the heavy imports: `--help` and the refusals made while reading the flags come at once (`TableParser`), as
+do those of the package's own steps and checks that a table names (`settled`, and each config's `checks`, run by
+`rlhf.cli.check_quickly`). A table is used only while it is fresh: the same Python, TRL, transformers, peft,
+accelerate and torch release, and the same source files (`SOURCES`, the script); otherwise parsing takes the heavy
+path alone, which is always right.
 """
 
 import argparse
@@ -22,8 +24,8 @@ ROOT = FOLDER.parents[1]
 SCRIPTS = ("train_grpo", "train_ppo", "train_reward_model", "evaluate_generations", "plot_training_progress")
 LIBRARIES = ("trl", "transformers", "peft", "accelerate", "torch")  # torch: transformers' default --optim reads it
 # The files a script's flags and help come from, besides the script itself (its docstring is the help's top).
-SOURCES = ("config.py", "rlhf/fields/shared.py", "rlhf/cli.py", "rlhf/spellings.py", "rlhf/batches.py",
-           "rlhf/models.py", "rlhf/flags/__init__.py")
+SOURCES = ("config.py", "rlhf/fields/shared.py", "rlhf/fields/checks.py", "rlhf/cli.py", "rlhf/spellings.py",
+           "rlhf/batches.py", "rlhf/models.py", "rlhf/flags/__init__.py")
 HELP_COLUMNS = 120  # the width the stored --help is written at
 
 
@@ -89,7 +91,7 @@ def _none_or(inner):
 
 
 # The types a table names, by the name of the parser's type function; any other type is not checked here.
-TYPES = {"int": int, "float": float, "_finite_float": finite_float, "string_to_bool": string_to_bool, "str": str,
+TYPES = {"int": int, "float": float, "finite_float": finite_float, "string_to_bool": string_to_bool, "str": str,
          "<lambda>": str}  # TRL's choice type: a string checked against the choices
 
 

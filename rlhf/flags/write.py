@@ -9,11 +9,13 @@ repository root.
 """
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
 
-from rlhf.cli import Parser
+from rlhf.cli import Parser, settled_steps
+from rlhf.fields.checks import CONFIG_CHECKS
 from rlhf.flags import HELP_COLUMNS, SCRIPTS, TYPES, freshness, table_path
 from rlhf.trl_compat import parser_actions
 
@@ -36,7 +38,16 @@ def table(script):
         else:
             os.environ["COLUMNS"] = columns
     return {"freshness": freshness(script), "help": text, "known": parser.known,
-            "actions": [_action(action) for action in parser_actions(parser.parser)]}
+            "actions": [_action(action) for action in parser_actions(parser.parser)],
+            "settled": settled_steps(parser.dataclass_types),
+            "configs": [_config(cls) for cls in parser.dataclass_types]}
+
+
+def _config(cls):
+    """What `rlhf.cli.check_quickly` needs of a config class: the name its checks go by (`CONFIG_CHECKS`: its own, or
+    its nearest parent's), and its fields."""
+    checks = next((parent.__name__ for parent in cls.__mro__ if parent.__name__ in CONFIG_CHECKS), None)
+    return {"name": cls.__name__, "checks": checks, "fields": [f.name for f in dataclasses.fields(cls) if f.init]}
 
 
 def _action(action):
