@@ -203,7 +203,7 @@ def configs():
 
 @exit_on_user_error
 def cli(args=None):
-    main(*parse_args(configs, args, __doc__))
+    main(*parse_args(configs, args, __doc__, preflight.quick_evaluation))
 
 
 if __name__ == "__main__":

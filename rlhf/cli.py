@@ -319,33 +319,38 @@ def _spelled(value):
     return str(value).lower() if isinstance(value, bool) else value
 
 
-def parse_args(dataclass_types, args=None, description=None):
+def parse_args(dataclass_types, args=None, description=None, quick=None):
     """Parse flags into `dataclass_types` (defaults < `--config file.yaml` < command line).
 
     A missing config file, an unknown key or flag, a value of the wrong type and a value rejected by a config's
     `__post_init__` become `UserError`s. YAML keys, like flags, may be written with `-` or `_`.
 
     `dataclass_types` may be a script's function that imports and returns them (`configs`): the script's flag table
-    (`rlhf.flags`) is read first, so that `--help` and what `read_flags` refuses come before TRL, transformers and
-    torch load (`check_quickly`).
+    (`rlhf.flags`) is read first, so that `--help` and what parsing refuses come before TRL, transformers and torch
+    load (`check_quickly`), and with them what `quick` refuses (the checks of the script's preflight that need no
+    model loaded and no library imported, e.g. `rlhf.preflight.quick_grpo`, given the parsed flags).
     """
     args = sys.argv[1:] if args is None else list(args)
     if callable(dataclass_types):
-        check_quickly(Path(dataclass_types.__code__.co_filename).stem, args)
+        check_quickly(Path(dataclass_types.__code__.co_filename).stem, args, quick)
         dataclass_types = dataclass_types()
     return Parser(dataclass_types, description).parse(args)
 
 
-def check_quickly(script, args):
+def check_quickly(script, args, quick=None):
     """What parsing `args` would refuse, from the script's flag table, without the heavy imports: what reading the
     flags refuses (`read_flags`), what settling them refuses (`_settle`: the batch arithmetic) and what the configs'
-    own checks refuse (`rlhf.fields.checks.CONFIG_CHECKS`, run on a copy of each config's fields); `--help` prints the
-    table's help and exits. Nothing where the table is missing or stale. The script's own parser runs next and
-    checks it all again, with what only it knows: TRL's and transformers' checks of their fields, and what the
-    machine decides (`Parser._machine`)."""
+    own checks refuse (`rlhf.fields.checks.CONFIG_CHECKS`, run on a copy of each config's fields), then what `quick`
+    refuses on the parsed flags (the preflight's checks that need no model and no library); `--help` prints the
+    table's help and exits. Nothing where the table is missing or stale. The script's own parser and preflight run
+    next and check it all again, with what only they know: TRL's and transformers' checks of their fields, what the
+    machine decides (`Parser._machine`), the models' configs."""
+    from rlhf.trl_compat import check_trl_version  # (TRL's package alone: 0.1 s)
+
     table = flags.fresh_table(script)
     if table is None:
         return
+    check_trl_version()  # as the script's parser does, before any flag is read
     parser = flags.TableParser(table)
     try:
         values = read_flags(parser, parser.actions, table["known"], args)[0]
@@ -354,6 +359,8 @@ def check_quickly(script, args):
             _check_config(config, values)
     except ValueError as error:
         raise UserError(str(error).splitlines()[0]) from None
+    if quick is not None:
+        quick(values)
 
 
 def _check_config(config, values):

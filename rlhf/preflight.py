@@ -2,7 +2,14 @@
 
 A mistake ends here in one line (`UserError`), in seconds. Each call also settles what the checks resolve: a default
 `--max_prompt_length` fitted to the model's context, `--dtype auto` named, so that what trains is what was checked.
+
+Each script's checks that need no model loaded and no library imported (`quick_grpo`, ...: its model folders, a
+local dataset, the reward weights, the report's path) also run on its parsed flags before TRL, transformers and torch
+load (the script passes them to `rlhf.cli.parse_args`): a mistyped path is refused at once, in the line the full
+preflight gives where nothing else is wrong.
 """
+
+from pathlib import Path
 
 from rlhf.checks import (
     check_lora_targets,
@@ -12,11 +19,11 @@ from rlhf.checks import (
     check_quantization,
     fit_prompt_length,
 )
-from rlhf.data import check_dataset_source
+from rlhf.data import check_dataset_source, looks_like_local_path
 from rlhf.errors import UserError
 from rlhf.processes import launched_engine, launched_zero_stage
 from rlhf.rewards.functions import check_reward_funcs, check_reward_order, check_reward_weights
-from rlhf.rewards.reward_model import check_reward_model, check_scorer, check_value_model
+from rlhf.rewards.reward_model import ROLES, check_reward_model, check_scorer, check_value_model
 
 
 def grpo(model_args, data_args, reward_args, training_args):
@@ -128,6 +135,62 @@ def _check_judge(judge, rewards, trust_remote_code):
         raise UserError(f"--judge_model_name_or_path {judge} is the reward model that scores the completions "
                         "(--reward_model_name_or_path), which agrees with itself by construction; give a judge the "
                         "policies never trained against, or drop the flag")
+
+
+def quick_grpo(flags):
+    """`grpo`'s checks that need no model loaded and no library imported, on the parsed `flags`."""
+    problems = Problems()
+    problems.run(check_model_source, flags.model_name_or_path, "model", "--model_name_or_path")
+    problems.run(_local_dataset, flags.dataset_name)
+    if "reward_model" in flags.reward_funcs:
+        problems.run(check_model_source, flags.reward_model_name_or_path, "reward model", *ROLES["reward model"])
+    problems.run(check_reward_weights, flags.reward_weights, flags.reward_funcs)
+    problems.raise_them()
+
+
+def quick_ppo(flags):
+    """`ppo`'s checks that need no model loaded and no library imported, on the parsed `flags`."""
+    policy_path, reward_path, value_path = flags.model_name_or_path, flags.reward_model_name_or_path, \
+        flags.value_model_path
+    problems = Problems()
+    policy_ok = problems.run(check_model_source, policy_path, "model", "--model_name_or_path")
+    problems.run(_local_dataset, flags.dataset_name)
+    problems.run(check_reward_weights, flags.reward_weights, flags.reward_funcs)
+    reward_ok = "reward_model" not in flags.reward_funcs or problems.run(
+        check_model_source, reward_path, "reward model", *ROLES["reward model"])
+    if value_path and {reward_path: reward_ok, policy_path: policy_ok}.get(value_path, True):
+        problems.run(check_model_source, value_path, "value model", "--value_model_path")
+    problems.raise_them()
+
+
+def quick_reward_model(flags):
+    """`reward_model`'s check that needs no model loaded and no library imported, on the parsed `flags`."""
+    check_model_source(flags.model_name_or_path, "model", "--model_name_or_path")
+
+
+def quick_evaluation(flags):
+    """`evaluation`'s checks that need no model loaded and no library imported, on the parsed `flags`."""
+    from rlhf.evaluation.report import check_writable
+
+    if not flags.model_path:
+        raise UserError("pass at least one model with --model_path (a folder or a Hub id)")
+    problems = Problems()
+    for path in flags.model_path:
+        problems.run(check_model_source, path, "model", "--model_path")
+    problems.run(_local_dataset, flags.dataset_name)
+    if "reward_model" in flags.reward_funcs:
+        problems.run(check_model_source, flags.reward_model_name_or_path, "reward model", *ROLES["reward model"])
+    problems.run(check_reward_weights, flags.reward_weights, flags.reward_funcs)
+    if flags.judge_model_name_or_path is not None:
+        problems.run(check_model_source, flags.judge_model_name_or_path, "judge", *ROLES["judge"])
+    problems.run(check_writable, flags.output_file)
+    problems.raise_them()
+
+
+def _local_dataset(name):
+    """`check_dataset_source` for a local path that does not exist (a Hub name is looked up by the preflight)."""
+    if looks_like_local_path(name) and not Path(name).exists():
+        check_dataset_source(name)
 
 
 class Problems:

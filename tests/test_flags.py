@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, grpo_args, ppo_args
 from rlhf import flags
 from rlhf.cli import Parser, UserError, check_quickly
 from rlhf.flags.write import table
@@ -137,6 +137,61 @@ def test_the_flag_table_takes_a_good_command(script, monkeypatch):
     for args in GOOD_COMMANDS[script]:
         assert outcome(full, args) == ("ok", None), args
         assert outcome(light, args) == ("ok", None), args
+
+
+def path_refusals(models, tmp_path):
+    """For each script: (a command naming the tiny models and prompts, commands with paths that do not exist or hold
+    no model, or reward weights that do not fit: nothing else in them is wrong, so the preflight says what its quick
+    checks find)."""
+    missing, other, empty = tmp_path / "no_such_model", tmp_path / "no_such_reward_model", tmp_path / "empty"
+    empty.mkdir(exist_ok=True)
+    data = ["--dataset_name", tmp_path / "no_such_prompts.jsonl"]
+    cases = {}
+    for script, command in (("train_grpo", grpo_args(models, tmp_path / "run")),
+                          ("train_ppo", ppo_args(models, tmp_path / "run"))):
+        cases[script] = (command, [[*command, *changes] for changes in (
+            ["--model_name_or_path", missing], data, ["--model_name_or_path", empty, *data],
+            ["--model_name_or_path", missing, "--reward_model_name_or_path", other, *data],
+            ["--model_name_or_path", models["prompts"]], ["--reward_weights", "1", "2", *data],
+            ["--value_model_path", missing])
+            if script == "train_ppo" or "--value_model_path" not in changes])
+    command = ["--dataset_name", models["prompts"]]
+    cases["train_reward_model"] = (command, [[*command, "--model_name_or_path", missing],
+                                             [*command, "--model_name_or_path", empty]])
+    scored = ["--reward_model_name_or_path", models["reward_model"], "--dataset_name", models["prompts"]]
+    cases["evaluate_generations"] = ([*scored, "--model_path", models["policy"]], [
+        [*scored, "--model_path", models["policy"], missing], [*scored, "--model_path", missing, empty, *data],
+        [*scored, "--model_path", models["policy"], "--judge_model_name_or_path", other], scored,
+        [*scored, "--model_path", missing, "--output_file", empty]])
+    return cases
+
+
+def preflight_of(script, monkeypatch):
+    """The script's own parser, then its preflight (`rlhf/preflight.py`), as `main` runs them."""
+    from rlhf import preflight
+
+    parse = heavy(script, monkeypatch)
+    run = {"train_grpo": preflight.grpo, "train_ppo": preflight.ppo, "evaluate_generations": preflight.evaluation,
+           "train_reward_model": lambda model, data, training: preflight.reward_model(model, training)}[script]
+    return lambda args: run(*parse(args))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_grpo", "train_ppo", "train_reward_model", "evaluate_generations"])
+def test_a_wrong_path_is_refused_before_the_heavy_imports_in_the_preflights_line(
+        script, tiny_models, tmp_path, monkeypatch):
+    module = importlib.import_module(script)
+    quick = {"train_grpo": "quick_grpo", "train_ppo": "quick_ppo", "train_reward_model": "quick_reward_model",
+             "evaluate_generations": "quick_evaluation"}[script]
+    light = lambda args: check_quickly(script, args, getattr(module.preflight, quick))  # noqa: E731
+    full = preflight_of(script, monkeypatch)
+    good, refusals = path_refusals(tiny_models, tmp_path)[script]
+    monkeypatch.chdir(tmp_path)  # the evaluation's report path
+    assert outcome(light, list(map(str, good))) == ("ok", None)
+    for args in (list(map(str, args)) for args in refusals):
+        said = outcome(light, args)
+        assert said[0] == "error", f"{args}: taken before the heavy imports"
+        assert said == outcome(full, args), args
 
 
 def test_a_stale_table_is_not_used(monkeypatch):
