@@ -364,9 +364,9 @@ def check_quickly(script, args, quick=None):
 
 
 def _check_config(config, values):
-    """Run a config's checks (`config`: its class name and fields, as the table holds them) on its fields' parsed
-    `values`. A value that only the script's parser reads right (a type the table does not name stays text) can
-    make a check fail otherwise than ValueError: that is left to the script's parser."""
+    """Run a config's checks (`config`: their name in `CONFIG_CHECKS` and the config's fields, as the table holds
+    them) on its fields' parsed `values`. A value that only the script's parser reads right (a type the table does
+    not name stays text) can make a check fail otherwise than ValueError: that is left to the script's parser."""
     from rlhf.fields.checks import CONFIG_CHECKS
 
     check = CONFIG_CHECKS.get(config["checks"])

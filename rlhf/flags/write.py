@@ -47,7 +47,7 @@ def _config(cls):
     """What `rlhf.cli.check_quickly` needs of a config class: the name its checks go by (`CONFIG_CHECKS`: its own, or
     its nearest parent's), and its fields."""
     checks = next((parent.__name__ for parent in cls.__mro__ if parent.__name__ in CONFIG_CHECKS), None)
-    return {"name": cls.__name__, "checks": checks, "fields": [f.name for f in dataclasses.fields(cls) if f.init]}
+    return {"checks": checks, "fields": [f.name for f in dataclasses.fields(cls) if f.init]}
 
 
 def _action(action):
